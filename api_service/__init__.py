@@ -1,0 +1,1 @@
+"""The gRPC API service: JobService for tenants, WorkerService for worker replicas."""

@@ -1,0 +1,40 @@
+"""Keeps the gRPC health status in step with the database: NOT_SERVING while it does not answer."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from grpc_health.v1 import health, health_pb2
+
+from shared.storage.database import Database
+
+log = logging.getLogger(__name__)
+
+# Readiness: "" and the two job services follow the database. Liveness: the process answers at all.
+READINESS_SERVICES = ("", "jobs.v1.JobService", "jobs.v1.WorkerService")
+LIVENESS_SERVICE = "liveness"
+
+
+class HealthMonitor:
+    def __init__(self, servicer: health.aio.HealthServicer, db: Database, interval_seconds: float) -> None:
+        self._servicer = servicer
+        self._db = db
+        self._interval = interval_seconds
+        self._serving: bool | None = None
+
+    async def run(self) -> None:
+        """Pings forever; cancelled at shutdown."""
+        await self._servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        while True:
+            await self._set(await self._db.ping(timeout_seconds=self._interval * 2))
+            await asyncio.sleep(self._interval)
+
+    async def _set(self, serving: bool) -> None:
+        if serving == self._serving:
+            return
+        self._serving = serving
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for service in READINESS_SERVICES:
+            await self._servicer.set(service, status)
+        log.log(logging.INFO if serving else logging.WARNING, "database %s", "reachable" if serving else "unreachable")

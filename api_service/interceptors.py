@@ -1,0 +1,130 @@
+"""Authentication, domain-error translation and RPC metrics for every JobService and WorkerService call."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import grpc
+
+from api_service import request_context
+from api_service.error_status import internal_status, status_for
+from api_service.principals import Principal, PrincipalDirectory, Role
+from api_service.metrics import RpcMetrics
+from shared.domain.errors import JobsError, PermissionDenied, Unauthenticated
+
+log = logging.getLogger(__name__)
+
+_ROLE_BY_SERVICE = {"jobs.v1.JobService": Role.TENANT, "jobs.v1.WorkerService": Role.WORKER}
+
+
+def _split_method(full_method: str) -> tuple[str, str]:
+    _, service, method = full_method.split("/", 2)
+    return service, method
+
+
+def _bearer_token(metadata) -> str | None:
+    for key, value in metadata or ():
+        if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+            return value[len("Bearer "):].strip()
+    return None
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: Exception) -> None:
+    status = status_for(error) if isinstance(error, JobsError) else internal_status()
+    await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+class ServiceInterceptor(grpc.aio.ServerInterceptor):
+    """Authenticates by role, runs the handler with the principal set, maps errors to status codes."""
+
+    def __init__(self, principals: Callable[[], PrincipalDirectory], metrics: RpcMetrics) -> None:
+        self._principals = principals
+        self._metrics = metrics
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        service, method = _split_method(handler_call_details.method)
+        required_role = _ROLE_BY_SERVICE.get(service)
+        if required_role is None:
+            return handler  # health and reflection are open, for probes and grpcurl
+        principal, refusal = self._authenticate(handler_call_details.invocation_metadata, required_role)
+        labels = (service, method)
+        if handler.unary_unary:
+            behavior = self._wrap_unary(handler.unary_unary, principal, refusal, labels)
+            return grpc.unary_unary_rpc_method_handler(
+                behavior, handler.request_deserializer, handler.response_serializer
+            )
+        if handler.unary_stream:
+            behavior = self._wrap_stream(handler.unary_stream, principal, refusal, labels)
+            return grpc.unary_stream_rpc_method_handler(
+                behavior, handler.request_deserializer, handler.response_serializer
+            )
+        return handler
+
+    def _authenticate(self, metadata, required: Role) -> tuple[Principal | None, JobsError | None]:
+        token = _bearer_token(metadata)
+        if not token:
+            return None, Unauthenticated("missing bearer token")
+        principal = self._principals().authenticate(token)
+        if principal is None:
+            return None, Unauthenticated("unknown bearer token")
+        if principal.role is not required:
+            return None, PermissionDenied(f"this credential may not call {required.value} methods")
+        return principal, None
+
+    def _wrap_unary(self, inner, principal, refusal, labels) -> Callable[..., Awaitable]:
+        async def behavior(request, context):
+            started = time.perf_counter()
+            code = grpc.StatusCode.OK
+            token = request_context.set_principal(principal) if principal else None
+            try:
+                if refusal:
+                    raise refusal
+                return await inner(request, context)
+            except grpc.aio.AbortError:
+                code = context.code() or grpc.StatusCode.UNKNOWN
+                raise
+            except Exception as error:  # noqa: BLE001 - every error must leave as a status
+                code = self._log_and_code(error, labels)
+                await _abort(context, error)
+            finally:
+                if token is not None:
+                    request_context.reset_principal(token)
+                self._metrics.observe(labels, code, time.perf_counter() - started)
+
+        return behavior
+
+    def _wrap_stream(self, inner, principal, refusal, labels) -> Callable[..., AsyncIterator]:
+        async def behavior(request, context):
+            started = time.perf_counter()
+            code = grpc.StatusCode.OK
+            token = request_context.set_principal(principal) if principal else None
+            try:
+                if refusal:
+                    raise refusal
+                async for message in inner(request, context):
+                    yield message
+            except grpc.aio.AbortError:
+                code = context.code() or grpc.StatusCode.UNKNOWN
+                raise
+            except Exception as error:  # noqa: BLE001
+                code = self._log_and_code(error, labels)
+                await _abort(context, error)
+            finally:
+                if token is not None:
+                    request_context.reset_principal(token)
+                self._metrics.observe(labels, code, time.perf_counter() - started)
+
+        return behavior
+
+    @staticmethod
+    def _log_and_code(error: Exception, labels: tuple[str, str]) -> grpc.StatusCode:
+        if isinstance(error, JobsError):
+            status = status_for(error)
+            return status.code
+        log.exception("unexpected error in %s/%s", *labels)
+        return grpc.StatusCode.INTERNAL

@@ -1,0 +1,73 @@
+"""jobs.v1.JobService: decode, call a use-case with the caller's tenant, encode."""
+
+from __future__ import annotations
+
+import grpc
+
+from api_service import convert
+from api_service.request_context import current_principal
+from api_service.usecases.job_queries import JobQueries
+from api_service.usecases.submission import SubmissionService
+from jobs.v1 import jobs_pb2, jobs_pb2_grpc
+from shared.domain.ids import JobId, TenantId
+
+
+def _tenant() -> TenantId:
+    tenant = current_principal().tenant
+    assert tenant is not None  # the interceptor admits only tenant principals here
+    return tenant
+
+
+class JobServicer(jobs_pb2_grpc.JobServiceServicer):
+    def __init__(self, submissions: SubmissionService, queries: JobQueries) -> None:
+        self._submissions = submissions
+        self._queries = queries
+
+    async def SubmitJob(self, request, context):
+        outcome = await self._submissions.submit(
+            _tenant(), current_principal().name, convert.new_job_from_proto(request)
+        )
+        return jobs_pb2.SubmitJobResponse(job=convert.job_to_proto(outcome.job), created=outcome.created)
+
+    async def SubmitJobs(self, request, context):
+        jobs = [convert.new_job_from_proto(item, f"jobs[{i}].") for i, item in enumerate(request.jobs)]
+        outcomes = await self._submissions.submit_many(_tenant(), current_principal().name, jobs)
+        return jobs_pb2.SubmitJobsResponse(
+            results=[
+                jobs_pb2.SubmitJobResponse(job=convert.job_to_proto(o.job), created=o.created) for o in outcomes
+            ]
+        )
+
+    async def GetJob(self, request, context):
+        return convert.job_to_proto(await self._queries.get_job(_tenant(), JobId(request.job_id)))
+
+    async def GetJobResult(self, request, context):
+        return convert.result_to_proto(await self._queries.get_result(_tenant(), JobId(request.job_id)))
+
+    async def ListJobs(self, request, context):
+        page = await self._queries.list_jobs(
+            _tenant(),
+            convert.list_filter_from_proto(request),
+            convert.decode_page_token(request.page_token),
+            request.page_size,
+        )
+        return jobs_pb2.ListJobsResponse(
+            jobs=[convert.job_to_proto(job) for job in page.jobs],
+            next_page_token=convert.encode_page_token(page.next_cursor),
+        )
+
+    async def WatchJob(self, request, context):
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "WatchJob is not available yet")
+        yield jobs_pb2.Job()  # pragma: no cover - makes this an async generator
+
+    async def CancelJob(self, request, context):
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "CancelJob is not available yet")
+
+    async def RetryJob(self, request, context):
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "RetryJob is not available yet")
+
+    async def GetLatestResult(self, request, context):
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetLatestResult is not available yet")
+
+    async def ListJobEvents(self, request, context):
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListJobEvents is not available yet")

@@ -1,0 +1,52 @@
+"""The API process's Prometheus metrics, on a registry of its own (no global state)."""
+
+from __future__ import annotations
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from shared.domain.jobs import ReportOutcome
+
+RPC_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class RpcMetrics:
+    """gRPC server metrics with the conventional names (grpc_server_*)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.handled = Counter(
+            "grpc_server_handled_total", "RPCs completed on the server, by status code.",
+            ["grpc_service", "grpc_method", "grpc_code"], registry=registry,
+        )
+        self.seconds = Histogram(
+            "grpc_server_handling_seconds", "Time to handle an RPC, until its status is sent.",
+            ["grpc_service", "grpc_method"], buckets=RPC_SECONDS_BUCKETS, registry=registry,
+        )
+
+    def observe(self, labels: tuple[str, str], code: grpc.StatusCode, seconds: float) -> None:
+        service, method = labels
+        self.handled.labels(service, method, code.name).inc()
+        self.seconds.labels(service, method).observe(seconds)
+
+
+class ReportMetrics:
+    """What happens to workers' fenced reports."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.fenced_rejections = Counter(
+            "jobs_fenced_rejections_total", "Worker reports refused by the fencing check, by reason.",
+            ["reason"], registry=registry,
+        )
+        for outcome in ReportOutcome:
+            if outcome is not ReportOutcome.ACCEPTED:
+                self.fenced_rejections.labels(outcome.name)
+
+    def rejected(self, outcome: ReportOutcome) -> None:
+        self.fenced_rejections.labels(outcome.name).inc()
+
+
+class ApiMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.rpc = RpcMetrics(self.registry)
+        self.reports = ReportMetrics(self.registry)

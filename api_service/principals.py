@@ -1,0 +1,74 @@
+"""Who is calling: bearer tokens checked against the principals file, which stores only their hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import tomllib
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from shared.domain.ids import TenantId
+from shared.env_settings import SettingsError
+
+
+class Role(StrEnum):
+    TENANT = "tenant"
+    WORKER = "worker"
+
+
+@dataclass(frozen=True)
+class Principal:
+    role: Role
+    # Set for tenant callers only; every JobService call is scoped to it.
+    tenant: TenantId | None
+    # For the job history: "tenant:acme" or "worker:<name>".
+    name: str
+
+
+@dataclass(frozen=True)
+class _Entry:
+    digest: bytes
+    principal: Principal
+
+
+class PrincipalDirectory:
+    def __init__(self, entries: list[_Entry]) -> None:
+        self._entries = entries
+
+    @classmethod
+    def load(cls, path: Path) -> PrincipalDirectory:
+        """Parses the TOML file; a malformed entry stops the process rather than being skipped."""
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SettingsError(f"cannot read principals file {str(path)!r}: {exc}") from None
+        entries = [_parse_entry(i, raw) for i, raw in enumerate(data.get("principal", []))]
+        return cls(entries)
+
+    def authenticate(self, token: str) -> Principal | None:
+        """Compares the token's hash with every entry in constant time, so timing reveals nothing."""
+        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        found = None
+        for entry in self._entries:
+            if hmac.compare_digest(entry.digest, digest):
+                found = entry.principal
+        return found
+
+
+def _parse_entry(index: int, raw: dict) -> _Entry:
+    where = f"principal[{index}]"
+    try:
+        digest = bytes.fromhex(str(raw["token_sha256"]))
+    except (KeyError, ValueError):
+        raise SettingsError(f"{where}: token_sha256 must be the hex SHA-256 of a token") from None
+    if len(digest) != 32:
+        raise SettingsError(f"{where}: token_sha256 must be 64 hex characters")
+    tenant, role = raw.get("tenant"), raw.get("role", "tenant")
+    if role == Role.WORKER and not tenant:
+        name = str(raw.get("name", "worker"))
+        return _Entry(digest, Principal(Role.WORKER, None, f"worker:{name}"))
+    if role == Role.TENANT and isinstance(tenant, str) and tenant:
+        return _Entry(digest, Principal(Role.TENANT, TenantId(tenant), f"tenant:{tenant}"))
+    raise SettingsError(f"{where}: needs either tenant = \"<name>\" or role = \"worker\"")

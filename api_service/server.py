@@ -1,0 +1,99 @@
+"""Builds and runs the gRPC server: services, interceptors, health, reflection, metrics, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+from api_service.health_monitor import HealthMonitor
+from api_service.interceptors import ServiceInterceptor
+from api_service.job_servicer import JobServicer
+from api_service.metrics import ApiMetrics
+from api_service.principals import PrincipalDirectory
+from api_service.settings import ApiSettings
+from api_service.usecases.job_queries import JobQueries
+from api_service.usecases.submission import SubmissionService
+from api_service.usecases.worker_reports import WorkerReports
+from api_service.worker_servicer import WorkerServicer
+from jobs.v1 import jobs_pb2, jobs_pb2_grpc, worker_pb2, worker_pb2_grpc
+from shared.handlers.loader import load_registry
+from shared.storage.database import Database, PoolSettings
+
+log = logging.getLogger(__name__)
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+async def serve(settings: ApiSettings) -> None:
+    """Runs until SIGTERM or SIGINT, then drains in-flight calls within the grace period."""
+    registry = load_registry(settings.handler_modules)
+    principals = PrincipalDirectory.load(settings.tokens_file)
+    metrics = ApiMetrics()
+    db = await Database.open(
+        PoolSettings(
+            settings.database_url,
+            max_size=settings.db_pool_max,
+            acquire_timeout_seconds=settings.db_acquire_timeout_seconds,
+            application_name="jobs-api",
+        )
+    )
+    server = grpc.aio.server(
+        interceptors=[ServiceInterceptor(lambda: principals, metrics.rpc)],
+        options=[
+            ("grpc.max_receive_message_length", settings.grpc_max_message_bytes),
+            ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
+        ],
+    )
+    jobs_pb2_grpc.add_JobServiceServicer_to_server(
+        JobServicer(SubmissionService(db, registry, settings.limits), JobQueries(db)), server
+    )
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(
+        WorkerServicer(WorkerReports(db, metrics.reports, lease_max_seconds=settings.lease_max_seconds)), server
+    )
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (
+            jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
+            worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
+        server,
+    )
+    port = server.add_insecure_port(settings.listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {settings.listen}")
+    if settings.metrics_listen:
+        host, metrics_port = split_host_port(settings.metrics_listen)
+        start_http_server(metrics_port, addr=host, registry=metrics.registry)
+    await server.start()
+    monitor = asyncio.create_task(HealthMonitor(health_servicer, db, settings.health_interval_seconds).run())
+    log.info("API serving on %s", settings.listen)
+    await _wait_for_stop_signal()
+    log.info("shutting down: draining for up to %.0fs", settings.shutdown_grace_seconds)
+    monitor.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await monitor
+    await health_servicer.enter_graceful_shutdown()
+    await server.stop(settings.shutdown_grace_seconds)
+    await db.close()
+    log.info("API stopped")
+
+
+async def _wait_for_stop_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()

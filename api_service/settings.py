@@ -1,0 +1,56 @@
+"""The API service's settings, read once from the environment in main() and passed down."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.domain.submission_rules import PAYLOAD_LIMIT_BYTES_DEFAULT, SubmissionLimits
+from shared.env_settings import SettingsError, env_float, env_int, env_list, env_optional, env_str
+
+API_LISTEN_DEFAULT = "127.0.0.1:50051"
+# gRPC messages carry at most a payload plus envelope; SubmitJobs batches get more room.
+GRPC_MESSAGE_BYTES_MIN = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    database_url: str
+    listen: str
+    metrics_listen: str | None
+    tokens_file: Path
+    handler_modules: tuple[str, ...]
+    limits: SubmissionLimits
+    db_pool_max: int
+    db_acquire_timeout_seconds: float
+    lease_max_seconds: float
+    shutdown_grace_seconds: float
+    health_interval_seconds: float
+    log_level: str
+
+    @property
+    def grpc_max_message_bytes(self) -> int:
+        return max(GRPC_MESSAGE_BYTES_MIN, 2 * self.limits.max_payload_bytes + 64 * 1024)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ApiSettings:
+        tokens_file = Path(env_str(env, "JOBS_TOKENS_FILE"))
+        if not tokens_file.is_file():
+            raise SettingsError(f"JOBS_TOKENS_FILE {str(tokens_file)!r} is not a readable file")
+        return cls(
+            database_url=env_str(env, "DATABASE_URL"),
+            listen=env_str(env, "JOBS_API_LISTEN", API_LISTEN_DEFAULT),
+            metrics_listen=env_optional(env, "JOBS_METRICS_LISTEN"),
+            tokens_file=tokens_file,
+            handler_modules=env_list(env, "JOBS_HANDLER_MODULES"),
+            limits=SubmissionLimits(
+                max_payload_bytes=env_int(env, "JOBS_MAX_PAYLOAD_BYTES", PAYLOAD_LIMIT_BYTES_DEFAULT, minimum=1),
+            ),
+            db_pool_max=env_int(env, "JOBS_DB_POOL_MAX", 20, minimum=2),
+            db_acquire_timeout_seconds=env_float(env, "JOBS_DB_ACQUIRE_TIMEOUT_SECONDS", 5.0, minimum=0.1),
+            lease_max_seconds=env_float(env, "JOBS_LEASE_MAX_SECONDS", 3600.0, minimum=1.0),
+            shutdown_grace_seconds=env_float(env, "JOBS_SHUTDOWN_GRACE_SECONDS", 10.0),
+            health_interval_seconds=env_float(env, "JOBS_HEALTH_INTERVAL_SECONDS", 1.0, minimum=0.1),
+            log_level=env_str(env, "JOBS_LOG_LEVEL", "INFO").upper(),
+        )

@@ -1,0 +1,1 @@
+"""What the API does, in domain terms: no gRPC, no proto types."""

@@ -1,0 +1,122 @@
+"""Workers' fenced reports. The fencing check happens inside the SQL statement that writes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from shared.domain.errors import (
+    FailedPrecondition,
+    FieldViolation,
+    InvalidArgument,
+    JobCancelled,
+    JobSuperseded,
+    LeaseLost,
+)
+from shared.domain.jobs import (
+    Completion,
+    FailOutcome,
+    JobError,
+    JobState,
+    LeaseRef,
+    LeaseStatus,
+    ReportOutcome,
+)
+from shared.domain.submission_rules import is_job_id
+from shared.storage import job_store
+from shared.storage.database import Database
+
+REPORT_BATCH_MAX = 1000
+ERROR_MESSAGE_MAX_CHARS = 4000
+LEASE_MIN_SECONDS = 1.0
+
+
+class RejectionCounter(Protocol):
+    def rejected(self, outcome: ReportOutcome) -> None: ...
+
+
+def _refusal(outcome: ReportOutcome) -> FailedPrecondition:
+    if outcome is ReportOutcome.JOB_CANCELLED:
+        return JobCancelled()
+    if outcome is ReportOutcome.JOB_SUPERSEDED:
+        return JobSuperseded()
+    return LeaseLost()
+
+
+def _check_leases(leases: Sequence[LeaseRef], field: str) -> None:
+    if len(leases) > REPORT_BATCH_MAX:
+        raise InvalidArgument(FieldViolation(field, f"must hold at most {REPORT_BATCH_MAX} items"))
+    for index, lease in enumerate(leases):
+        if not is_job_id(lease.job_id):
+            raise InvalidArgument(FieldViolation(f"{field}[{index}].job_id", "must be a job id"))
+        if lease.fencing_token < 1:
+            raise InvalidArgument(FieldViolation(f"{field}[{index}].fencing_token", "must be positive"))
+
+
+class WorkerReports:
+    def __init__(self, db: Database, rejections: RejectionCounter, *, lease_max_seconds: float) -> None:
+        self._db = db
+        self._rejections = rejections
+        self._lease_max_seconds = lease_max_seconds
+
+    async def heartbeat(self, leases: Sequence[LeaseRef], extend_by_seconds: float) -> list[LeaseStatus]:
+        _check_leases(leases, "leases")
+        if not LEASE_MIN_SECONDS <= extend_by_seconds <= self._lease_max_seconds:
+            raise InvalidArgument(
+                FieldViolation("extend_by", f"must be between 1s and {self._lease_max_seconds:g}s")
+            )
+        if not leases:
+            return []
+        async with self._db.transaction() as conn:
+            statuses = await job_store.heartbeat(conn, leases, lease_seconds=extend_by_seconds)
+        for status in statuses:
+            if not status.held:
+                self._rejections.rejected(
+                    ReportOutcome.JOB_CANCELLED if status.cancel_requested
+                    else ReportOutcome.JOB_SUPERSEDED if status.superseded else ReportOutcome.LEASE_LOST
+                )
+        return statuses
+
+    async def complete_many(self, worker_id: str, completions: Sequence[Completion]) -> list[ReportOutcome]:
+        """Per-item outcomes; a refused item changes nothing and does not affect the others."""
+        _check_leases([LeaseRef(c.job_id, c.fencing_token) for c in completions], "completions")
+        if not completions:
+            return []
+        if len({c.job_id for c in completions}) != len(completions):
+            raise InvalidArgument(FieldViolation("completions", "must not name a job twice"))
+        async with self._db.transaction() as conn:
+            outcomes = await job_store.complete_batch(conn, worker_id=worker_id, completions=completions)
+        for outcome in outcomes:
+            if outcome is not ReportOutcome.ACCEPTED:
+                self._rejections.rejected(outcome)
+        return outcomes
+
+    async def complete(self, worker_id: str, completion: Completion) -> JobState:
+        (outcome,) = await self.complete_many(worker_id, [completion])
+        if outcome is not ReportOutcome.ACCEPTED:
+            raise _refusal(outcome)
+        return JobState.SUCCEEDED
+
+    async def fail(self, worker_id: str, lease: LeaseRef, error: JobError) -> FailOutcome:
+        _check_leases([lease], "lease")
+        message = error.message[:ERROR_MESSAGE_MAX_CHARS].replace("\x00", "")
+        async with self._db.transaction() as conn:
+            outcome = await job_store.fail_attempt(
+                conn, worker_id=worker_id, lease=lease, error=JobError(error.category, message)
+            )
+        if isinstance(outcome, ReportOutcome):
+            self._rejections.rejected(outcome)
+            raise _refusal(outcome)
+        return outcome
+
+    async def release(self, worker_id: str, lease: LeaseRef, *, started: bool, reason: str) -> JobState:
+        _check_leases([lease], "lease")
+        async with self._db.transaction() as conn:
+            outcome = await job_store.release(
+                conn, worker_id=worker_id, lease=lease, started=started,
+                reason=reason[:200].replace("\x00", "") or "released",
+            )
+        if isinstance(outcome, ReportOutcome):
+            self._rejections.rejected(outcome)
+            raise _refusal(outcome)
+        return outcome

@@ -1,0 +1,67 @@
+"""jobs.v1.WorkerService: fenced reports from worker replicas."""
+
+from __future__ import annotations
+
+from api_service import convert
+from api_service.request_context import current_principal
+from api_service.usecases.worker_reports import WorkerReports
+from jobs.v1 import worker_pb2, worker_pb2_grpc
+from shared.domain.ids import FencingToken, JobId
+from shared.domain.jobs import LeaseRef
+
+WORKER_ID_METADATA = "jobs-worker-id"
+WORKER_ID_MAX_CHARS = 128
+
+
+def _worker_id(context) -> str:
+    """The replica's own id when it sent one (for the job history), else the credential's name."""
+    for key, value in context.invocation_metadata() or ():
+        if key == WORKER_ID_METADATA and isinstance(value, str):
+            cleaned = "".join(ch for ch in value if ch.isprintable())[:WORKER_ID_MAX_CHARS]
+            if cleaned:
+                return cleaned
+    return current_principal().name.removeprefix("worker:")
+
+
+class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
+    def __init__(self, reports: WorkerReports) -> None:
+        self._reports = reports
+
+    async def Heartbeat(self, request, context):
+        extend_by = request.extend_by.ToTimedelta().total_seconds() if request.HasField("extend_by") else 0.0
+        statuses = await self._reports.heartbeat(convert.leases_from_proto(request.leases), extend_by)
+        return worker_pb2.HeartbeatResponse(leases=[convert.lease_status_to_proto(s) for s in statuses])
+
+    async def CompleteJob(self, request, context):
+        state = await self._reports.complete(_worker_id(context), convert.completion_from_proto(request))
+        return worker_pb2.CompleteJobResponse(state=convert.state_to_proto(state))
+
+    async def CompleteJobs(self, request, context):
+        completions = [convert.completion_from_proto(item) for item in request.completions]
+        outcomes = await self._reports.complete_many(_worker_id(context), completions)
+        return worker_pb2.CompleteJobsResponse(
+            outcomes=[
+                worker_pb2.CompletionOutcome(job_id=c.job_id, outcome=convert.outcome_to_proto(o))
+                for c, o in zip(completions, outcomes, strict=True)
+            ]
+        )
+
+    async def FailJob(self, request, context):
+        outcome = await self._reports.fail(
+            _worker_id(context),
+            LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token)),
+            convert.job_error_from_proto(request.error),
+        )
+        response = worker_pb2.FailJobResponse(state=convert.state_to_proto(outcome.state))
+        if outcome.next_attempt_at:
+            response.next_attempt_at.FromDatetime(outcome.next_attempt_at)
+        return response
+
+    async def ReleaseJob(self, request, context):
+        state = await self._reports.release(
+            _worker_id(context),
+            LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token)),
+            started=request.started,
+            reason=request.reason,
+        )
+        return worker_pb2.ReleaseJobResponse(state=convert.state_to_proto(state))

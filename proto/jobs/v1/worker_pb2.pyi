@@ -1,0 +1,138 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from jobs.v1 import jobs_pb2 as _jobs_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ReportOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REPORT_OUTCOME_UNSPECIFIED: _ClassVar[ReportOutcome]
+    REPORT_OUTCOME_ACCEPTED: _ClassVar[ReportOutcome]
+    REPORT_OUTCOME_LEASE_LOST: _ClassVar[ReportOutcome]
+    REPORT_OUTCOME_JOB_CANCELLED: _ClassVar[ReportOutcome]
+    REPORT_OUTCOME_JOB_SUPERSEDED: _ClassVar[ReportOutcome]
+REPORT_OUTCOME_UNSPECIFIED: ReportOutcome
+REPORT_OUTCOME_ACCEPTED: ReportOutcome
+REPORT_OUTCOME_LEASE_LOST: ReportOutcome
+REPORT_OUTCOME_JOB_CANCELLED: ReportOutcome
+REPORT_OUTCOME_JOB_SUPERSEDED: ReportOutcome
+
+class Lease(_message.Message):
+    __slots__ = ("job_id", "fencing_token")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    fencing_token: int
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("worker_id", "leases", "extend_by")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    EXTEND_BY_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    leases: _containers.RepeatedCompositeFieldContainer[Lease]
+    extend_by: _duration_pb2.Duration
+    def __init__(self, worker_id: _Optional[str] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., extend_by: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class LeaseStatus(_message.Message):
+    __slots__ = ("job_id", "fencing_token", "held", "cancel_requested", "superseded", "lease_expires_at")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    SUPERSEDED_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    fencing_token: int
+    held: bool
+    cancel_requested: bool
+    superseded: bool
+    lease_expires_at: _timestamp_pb2.Timestamp
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., held: _Optional[bool] = ..., cancel_requested: _Optional[bool] = ..., superseded: _Optional[bool] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseStatus]
+    def __init__(self, leases: _Optional[_Iterable[_Union[LeaseStatus, _Mapping]]] = ...) -> None: ...
+
+class CompleteJobRequest(_message.Message):
+    __slots__ = ("job_id", "fencing_token", "result")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    fencing_token: int
+    result: bytes
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., result: _Optional[bytes] = ...) -> None: ...
+
+class CompleteJobResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: _jobs_pb2.JobState
+    def __init__(self, state: _Optional[_Union[_jobs_pb2.JobState, str]] = ...) -> None: ...
+
+class CompleteJobsRequest(_message.Message):
+    __slots__ = ("completions",)
+    COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
+    completions: _containers.RepeatedCompositeFieldContainer[CompleteJobRequest]
+    def __init__(self, completions: _Optional[_Iterable[_Union[CompleteJobRequest, _Mapping]]] = ...) -> None: ...
+
+class CompletionOutcome(_message.Message):
+    __slots__ = ("job_id", "outcome")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    outcome: ReportOutcome
+    def __init__(self, job_id: _Optional[str] = ..., outcome: _Optional[_Union[ReportOutcome, str]] = ...) -> None: ...
+
+class CompleteJobsResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[CompletionOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[CompletionOutcome, _Mapping]]] = ...) -> None: ...
+
+class FailJobRequest(_message.Message):
+    __slots__ = ("job_id", "fencing_token", "error")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    fencing_token: int
+    error: _jobs_pb2.JobError
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., error: _Optional[_Union[_jobs_pb2.JobError, _Mapping]] = ...) -> None: ...
+
+class FailJobResponse(_message.Message):
+    __slots__ = ("state", "next_attempt_at")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_AT_FIELD_NUMBER: _ClassVar[int]
+    state: _jobs_pb2.JobState
+    next_attempt_at: _timestamp_pb2.Timestamp
+    def __init__(self, state: _Optional[_Union[_jobs_pb2.JobState, str]] = ..., next_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ReleaseJobRequest(_message.Message):
+    __slots__ = ("job_id", "fencing_token", "started", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    fencing_token: int
+    started: bool
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., started: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ReleaseJobResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: _jobs_pb2.JobState
+    def __init__(self, state: _Optional[_Union[_jobs_pb2.JobState, str]] = ...) -> None: ...

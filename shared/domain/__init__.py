@@ -1,0 +1,1 @@
+"""Domain types, rules and errors. Imports neither grpc nor psycopg."""

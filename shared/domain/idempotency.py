@@ -1,0 +1,27 @@
+"""The digest that decides whether a replayed idempotency key carries the same request."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from shared.domain.jobs import NewJob
+
+
+def request_digest(job: NewJob) -> bytes:
+    """SHA-256 over a canonical form of every field the caller chose."""
+    canonical = {
+        "kind": job.kind,
+        "payload_sha256": hashlib.sha256(job.payload).hexdigest(),
+        "priority": job.priority,
+        "run_after": job.run_after.isoformat() if job.run_after else None,
+        "max_attempts": job.max_attempts,
+        "deadline": job.deadline.isoformat() if job.deadline else None,
+        "resource_key": job.resource_key,
+        "resource_version": job.resource_version,
+        "depends_on": list(job.depends_on),
+        "labels": sorted(job.labels.items()),
+        "dedupe_by_input": job.dedupe_by_input,
+    }
+    encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(encoded).digest()

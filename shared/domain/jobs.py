@@ -1,0 +1,186 @@
+"""The job aggregate: states, categories and the records passed between layers."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from shared.domain.ids import FencingToken, JobId, TenantId
+
+
+class JobState(enum.StrEnum):
+    """Values equal the database enum's labels."""
+
+    PENDING = "pending"
+    BLOCKED = "blocked"
+    RUNNING = "running"
+    RETRY_WAIT = "retry_wait"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset(
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.SUPERSEDED}
+)
+
+
+class ErrorCategory(enum.StrEnum):
+    RETRYABLE = "retryable"
+    PERMANENT = "permanent"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+
+
+class ReportOutcome(enum.StrEnum):
+    ACCEPTED = "accepted"
+    LEASE_LOST = "lease_lost"
+    JOB_CANCELLED = "job_cancelled"
+    JOB_SUPERSEDED = "job_superseded"
+
+
+@dataclass(frozen=True)
+class JobError:
+    category: ErrorCategory
+    message: str
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated submission, ready to be stored."""
+
+    kind: str
+    payload: bytes
+    idempotency_key: str | None = None
+    priority: int = 0
+    run_after: datetime | None = None
+    max_attempts: int = 0
+    deadline: datetime | None = None
+    resource_key: str | None = None
+    resource_version: int | None = None
+    depends_on: tuple[JobId, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    dedupe_by_input: bool = False
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: JobId
+    tenant: TenantId
+    kind: str
+    state: JobState
+    attempts: int
+    max_attempts: int
+    priority: int
+    created_at: datetime
+    run_after: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    deadline: datetime | None
+    last_error: JobError | None
+    cancel_requested: bool
+    resource_key: str | None
+    resource_version: int | None
+    sequence: int
+    fencing_token: FencingToken
+    idempotency_key: str | None
+    depends_on: tuple[JobId, ...]
+    labels: dict[str, str]
+
+
+@dataclass(frozen=True)
+class SubmitOutcome:
+    job: Job
+    created: bool
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job_id: JobId
+    payload: bytes
+    attempt: int
+    fencing_token: FencingToken
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class LeaseRef:
+    job_id: JobId
+    fencing_token: FencingToken
+
+
+@dataclass(frozen=True)
+class LeaseStatus:
+    job_id: JobId
+    fencing_token: FencingToken
+    held: bool
+    cancel_requested: bool
+    superseded: bool
+    lease_expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Completion:
+    job_id: JobId
+    fencing_token: FencingToken
+    result: bytes
+
+
+@dataclass(frozen=True)
+class FailOutcome:
+    state: JobState
+    next_attempt_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A row a worker claimed: everything its handler needs, and the lease it holds."""
+
+    job_id: JobId
+    tenant: TenantId
+    kind: str
+    payload: bytes
+    attempt: int
+    max_attempts: int
+    fencing_token: FencingToken
+    lease_expires_at: datetime
+    created_at: datetime
+    queued_since: datetime
+    claimed_at: datetime
+
+
+@dataclass(frozen=True)
+class ListFilter:
+    states: tuple[JobState, ...] = ()
+    kind: str | None = None
+    resource_key: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PageCursor:
+    """Position after the last job of a page (newest first)."""
+
+    created_at: datetime
+    job_id: JobId
+
+
+@dataclass(frozen=True)
+class JobPage:
+    jobs: list[Job]
+    next_cursor: PageCursor | None
+
+
+def refusal_outcome(state: JobState | None) -> ReportOutcome:
+    """Why a fenced report found no running row with its token: the job's current state decides."""
+    if state is JobState.CANCELLED:
+        return ReportOutcome.JOB_CANCELLED
+    if state is JobState.SUPERSEDED:
+        return ReportOutcome.JOB_SUPERSEDED
+    return ReportOutcome.LEASE_LOST

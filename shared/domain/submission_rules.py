@@ -1,0 +1,115 @@
+"""What a well-formed submission looks like. Every violation names its field."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from shared.domain.errors import FieldViolation, InvalidArgument, ViolationCollector
+from shared.domain.jobs import NewJob
+
+KIND_PATTERN = re.compile(r"^[a-z][a-z0-9._-]*$")
+LABEL_KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+PAYLOAD_LIMIT_BYTES_DEFAULT = 1024 * 1024
+PRIORITY_RANGE = (-1000, 1000)
+MAX_ATTEMPTS_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class SubmissionLimits:
+    max_payload_bytes: int = PAYLOAD_LIMIT_BYTES_DEFAULT
+    max_kind_chars: int = 128
+    max_idempotency_key_chars: int = 256
+    max_resource_key_chars: int = 512
+    max_labels: int = 32
+    max_label_key_chars: int = 63
+    max_label_value_chars: int = 256
+    max_dependencies: int = 100
+    max_batch_size: int = 1000
+
+
+def check_text(violations: ViolationCollector, name: str, value: str, max_chars: int) -> None:
+    """Rejects NUL and other C0 control characters, and strings over the limit."""
+    if len(value) > max_chars:
+        violations.add(name, f"must be at most {max_chars} characters")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+        violations.add(name, "must not contain NUL or control characters")
+
+
+def is_job_id(value: str) -> bool:
+    try:
+        return str(uuid.UUID(value)) == value
+    except ValueError:
+        return False
+
+
+def check_job_id(value: str, field_name: str = "job_id") -> None:
+    """Raises InvalidArgument unless `value` is shaped like a job id."""
+    if not is_job_id(value):
+        raise InvalidArgument(FieldViolation(field_name, "must be a job id returned by SubmitJob"))
+
+
+def validate_new_job(
+    job: NewJob,
+    *,
+    limits: SubmissionLimits,
+    known_kinds: Collection[str],
+    prefix: str = "",
+) -> None:
+    """Raises InvalidArgument listing every problem of one submission."""
+    v = ViolationCollector(prefix=prefix)
+    _check_kind(v, job.kind, limits, known_kinds)
+    if len(job.payload) > limits.max_payload_bytes:
+        v.add("payload", f"must be at most {limits.max_payload_bytes} bytes")
+    if job.idempotency_key is not None:
+        check_text(v, "idempotency_key", job.idempotency_key, limits.max_idempotency_key_chars)
+    if not PRIORITY_RANGE[0] <= job.priority <= PRIORITY_RANGE[1]:
+        v.add("priority", f"must be between {PRIORITY_RANGE[0]} and {PRIORITY_RANGE[1]}")
+    if not 0 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT:
+        v.add("max_attempts", f"must be between 0 (the kind's default) and {MAX_ATTEMPTS_LIMIT}")
+    _check_resource(v, job, limits)
+    _check_dependencies(v, job, limits)
+    _check_labels(v, job.labels, limits)
+    if job.deadline is not None and job.run_after is not None and job.deadline <= job.run_after:
+        v.add("deadline", "must be later than run_after")
+    v.raise_if_any()
+
+
+def _check_kind(v: ViolationCollector, kind: str, limits: SubmissionLimits, known: Collection[str]) -> None:
+    if not kind:
+        v.add("kind", "is required")
+    elif len(kind) > limits.max_kind_chars or not KIND_PATTERN.match(kind):
+        v.add("kind", f"must match {KIND_PATTERN.pattern} and be at most {limits.max_kind_chars} characters")
+    elif kind not in known:
+        v.add("kind", "is not a registered job kind")
+
+
+def _check_resource(v: ViolationCollector, job: NewJob, limits: SubmissionLimits) -> None:
+    version = job.resource_version or 0
+    if job.resource_key:
+        check_text(v, "resource_key", job.resource_key, limits.max_resource_key_chars)
+        if version < 1:
+            v.add("resource_version", "must be at least 1 when resource_key is set")
+    elif version != 0:
+        v.add("resource_version", "must be 0 unless resource_key is set")
+
+
+def _check_dependencies(v: ViolationCollector, job: NewJob, limits: SubmissionLimits) -> None:
+    if len(job.depends_on) > limits.max_dependencies:
+        v.add("depends_on", f"must list at most {limits.max_dependencies} jobs")
+    for index, job_id in enumerate(job.depends_on):
+        if not is_job_id(job_id):
+            v.add(f"depends_on[{index}]", "must be a job id returned by SubmitJob")
+    if len(set(job.depends_on)) != len(job.depends_on):
+        v.add("depends_on", "must not repeat a job id")
+
+
+def _check_labels(v: ViolationCollector, labels: dict[str, str], limits: SubmissionLimits) -> None:
+    if len(labels) > limits.max_labels:
+        v.add("labels", f"must have at most {limits.max_labels} entries")
+    for key, value in labels.items():
+        if not key or len(key) > limits.max_label_key_chars or not LABEL_KEY_PATTERN.match(key):
+            v.add(f"labels[{key[:64]!r}]", "key must match [A-Za-z0-9][A-Za-z0-9._/-]* (at most 63 characters)")
+        check_text(v, f"labels[{key[:64]!r}]", value, limits.max_label_value_chars)

@@ -1,0 +1,54 @@
+"""Reading typed values from the environment, with errors that name the variable."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class SettingsError(ValueError):
+    """A setting is missing or malformed; the process should exit with this message."""
+
+
+def env_str(env: Mapping[str, str], name: str, default: str | None = None) -> str:
+    value = env.get(name, "").strip()
+    if value:
+        return value
+    if default is None:
+        raise SettingsError(f"{name} must be set")
+    return default
+
+
+def env_optional(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name, "").strip()
+    return value or None
+
+
+def env_int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 0) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise SettingsError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def env_float(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.0) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+    if value < minimum:
+        raise SettingsError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def env_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """Comma-separated values, blanks dropped."""
+    return tuple(part.strip() for part in env.get(name, "").split(",") if part.strip())

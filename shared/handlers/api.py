@@ -1,0 +1,115 @@
+"""What a job handler sees and how it says that an attempt failed.
+
+A handler is `async def handle(ctx: JobContext) -> bytes`. Returning stores the result; raising one of
+the HandlerError types fails the attempt with that category; any other exception counts as retryable.
+Cancellation (a cancel request, a superseding version, a lost lease or shutdown) arrives as
+asyncio.CancelledError at the handler's next await.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from shared.domain.ids import FencingToken, JobId, TenantId
+from shared.domain.jobs import ErrorCategory
+
+MAX_ATTEMPTS_DEFAULT = 3
+# Retry backoff: full jitter in [0, min(cap, base * 2^(attempt-1))] seconds, computed by the database.
+BACKOFF_BASE_SECONDS_DEFAULT = 1.0
+BACKOFF_CAP_SECONDS_DEFAULT = 300.0
+
+
+class HandlerError(Exception):
+    """Base of the failures a handler raises on purpose."""
+
+    category: ErrorCategory = ErrorCategory.RETRYABLE
+
+
+class RetryableError(HandlerError):
+    """Transient: try again after a backoff."""
+
+    category = ErrorCategory.RETRYABLE
+
+
+class PermanentError(HandlerError):
+    """Will fail the same way every time: stop now."""
+
+    category = ErrorCategory.PERMANENT
+
+
+class OutcomeUnknownError(HandlerError):
+    """An external effect may have happened (a call timed out after it was sent): needs a decision."""
+
+    category = ErrorCategory.OUTCOME_UNKNOWN
+
+
+@dataclass
+class JobContext:
+    job_id: JobId
+    tenant: TenantId
+    kind: str
+    payload: bytes
+    attempt: int
+    max_attempts: int
+    # Rises with every claim; pass it to external systems so that they can fence stale writers too.
+    fencing_token: FencingToken
+    # Set when the job should stop early (cancel requested, superseded); the task is also cancelled.
+    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+Handler = Callable[[JobContext], Awaitable[bytes]]
+
+
+@dataclass(frozen=True)
+class HandlerSpec:
+    kind: str
+    handler: Handler
+    max_attempts: int = MAX_ATTEMPTS_DEFAULT
+    # Longest one attempt may run; None means only the lease bounds it.
+    timeout_seconds: float | None = None
+    # True for kinds that call out to systems which may act on a request whose answer was lost.
+    external_side_effects: bool = False
+    backoff_base_seconds: float = BACKOFF_BASE_SECONDS_DEFAULT
+    backoff_cap_seconds: float = BACKOFF_CAP_SECONDS_DEFAULT
+
+
+class HandlerRegistry:
+    """The job kinds a process knows. The API uses it to reject unknown kinds; workers to run them."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, HandlerSpec] = {}
+
+    def register(
+        self,
+        kind: str,
+        *,
+        max_attempts: int = MAX_ATTEMPTS_DEFAULT,
+        timeout_seconds: float | None = None,
+        external_side_effects: bool = False,
+        backoff_base_seconds: float = BACKOFF_BASE_SECONDS_DEFAULT,
+        backoff_cap_seconds: float = BACKOFF_CAP_SECONDS_DEFAULT,
+    ) -> Callable[[Handler], Handler]:
+        """Decorator registering `handler` for `kind`; a kind registered twice is a programming error."""
+
+        def decorate(handler: Handler) -> Handler:
+            if kind in self._specs:
+                raise ValueError(f"job kind {kind!r} is registered twice")
+            self._specs[kind] = HandlerSpec(
+                kind, handler, max_attempts, timeout_seconds, external_side_effects,
+                backoff_base_seconds, backoff_cap_seconds,
+            )
+            return handler
+
+        return decorate
+
+    def get(self, kind: str) -> HandlerSpec | None:
+        return self._specs.get(kind)
+
+    def kinds(self) -> frozenset[str]:
+        return frozenset(self._specs)
+
+    def default_max_attempts(self, kind: str) -> int:
+        spec = self._specs.get(kind)
+        return spec.max_attempts if spec else MAX_ATTEMPTS_DEFAULT

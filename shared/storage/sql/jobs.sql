@@ -1,0 +1,237 @@
+-- Statements on the jobs table. Each block: a name line, a purpose line, one statement.
+-- Every statement a tenant caller reaches filters by tenant.
+
+-- name: job_insert
+-- Stores one submission; with a reused idempotency key it inserts nothing and returns no row.
+INSERT INTO jobs (tenant, kind, state, payload, priority, run_after, deadline, max_attempts,
+                  backoff_base_seconds, backoff_cap_seconds, idempotency_key, request_digest,
+                  resource_key, resource_version, depends_on, labels, transition_actor, transition_reason)
+VALUES (%(tenant)s, %(kind)s, 'pending', %(payload)s, %(priority)s,
+        coalesce(%(run_after)s::timestamptz, clock_timestamp()), %(deadline)s::timestamptz, %(max_attempts)s,
+        %(backoff_base_seconds)s, %(backoff_cap_seconds)s, %(idempotency_key)s, %(request_digest)s,
+        %(resource_key)s, %(resource_version)s, %(depends_on)s::uuid[], %(labels)s::jsonb,
+        %(actor)s, 'submitted')
+ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
+          finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
+          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
+
+-- name: job_get_by_idempotency_key
+-- The job an earlier submission with this key created, with the digest of that request.
+SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
+       finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, request_digest
+FROM jobs
+WHERE tenant = %(tenant)s AND idempotency_key = %(idempotency_key)s;
+
+-- name: job_get
+-- One job of one tenant; no row when it is absent or another tenant's.
+SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
+       finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels
+FROM jobs
+WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid;
+
+-- name: job_list
+-- A page of one tenant's jobs, newest first, after the cursor; fetches one extra row to detect more.
+SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
+       finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels
+FROM jobs
+WHERE tenant = %(tenant)s
+  AND (cardinality(%(states)s::job_state[]) = 0 OR state = ANY (%(states)s::job_state[]))
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(resource_key)s::text IS NULL OR resource_key = %(resource_key)s::text)
+  AND labels @> %(labels)s::jsonb
+  AND (%(after_created_at)s::timestamptz IS NULL
+       OR (created_at, job_id) < (%(after_created_at)s::timestamptz, %(after_job_id)s::uuid))
+ORDER BY created_at DESC, job_id DESC
+LIMIT %(limit)s;
+
+-- name: job_claim_batch
+-- Claims up to `limit` runnable jobs of the given kinds under a new lease, raising each fencing token.
+WITH candidates AS (
+    SELECT job_id
+    FROM jobs
+    WHERE state IN ('pending', 'retry_wait')
+      AND run_after <= clock_timestamp()
+      AND (deadline IS NULL OR deadline > clock_timestamp())
+      AND kind = ANY (%(kinds)s::text[])
+    ORDER BY priority DESC, run_after, job_id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs AS j
+SET state = 'running',
+    attempts = j.attempts + 1,
+    fencing_token = j.fencing_token + 1,
+    lease_owner = %(worker_id)s,
+    lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
+    started_at = clock_timestamp(),
+    transition_actor = 'worker:' || %(worker_id)s,
+    transition_reason = 'claimed'
+FROM candidates AS c
+WHERE j.job_id = c.job_id
+RETURNING j.job_id, j.tenant, j.kind, j.payload, j.attempts, j.max_attempts, j.fencing_token,
+          j.lease_expires_at, j.created_at, greatest(j.run_after, j.created_at) AS queued_since,
+          j.started_at AS claimed_at;
+
+-- name: job_rescue_expired
+-- Ends leases that ran out: retry after a backoff, or FAILED / CANCELLED when no attempt may follow.
+WITH expired AS (
+    SELECT job_id
+    FROM jobs
+    WHERE state = 'running' AND lease_expires_at < clock_timestamp()
+    ORDER BY lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), decided AS (
+    SELECT j.job_id,
+           clock_timestamp() + make_interval(secs => random() * least(j.backoff_cap_seconds,
+               j.backoff_base_seconds * power(2, greatest(j.attempts - 1, 0)))) AS retry_at
+    FROM jobs AS j JOIN expired USING (job_id)
+)
+UPDATE jobs AS j
+SET state = CASE
+        WHEN j.cancel_requested THEN 'cancelled'
+        WHEN j.attempts >= j.max_attempts THEN 'failed'
+        WHEN j.deadline IS NOT NULL AND j.deadline <= d.retry_at THEN 'failed'
+        ELSE 'retry_wait' END::job_state,
+    run_after = CASE WHEN j.cancel_requested THEN j.run_after ELSE d.retry_at END,
+    finished_at = CASE
+        WHEN j.cancel_requested OR j.attempts >= j.max_attempts
+             OR (j.deadline IS NOT NULL AND j.deadline <= d.retry_at) THEN clock_timestamp() END,
+    last_error_category = 'retryable',
+    last_error_message = CASE
+        WHEN j.cancel_requested THEN 'cancelled; the lease expired before the worker confirmed'
+        WHEN j.attempts >= j.max_attempts THEN 'lease expired on the final attempt'
+        WHEN j.deadline IS NOT NULL AND j.deadline <= d.retry_at THEN 'deadline'
+        ELSE 'lease expired' END,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    transition_actor = 'system',
+    transition_reason = 'lease expired'
+FROM decided AS d
+WHERE j.job_id = d.job_id
+RETURNING j.job_id, j.tenant, j.kind, j.state, j.attempts, j.fencing_token;
+
+-- name: job_fail_past_deadline
+-- Fails waiting jobs whose total deadline passed before another attempt could start.
+WITH overdue AS (
+    SELECT job_id
+    FROM jobs
+    WHERE deadline IS NOT NULL AND deadline <= clock_timestamp()
+      AND state IN ('pending', 'retry_wait', 'blocked')
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs AS j
+SET state = 'failed', finished_at = clock_timestamp(),
+    last_error_category = 'permanent', last_error_message = 'deadline',
+    transition_actor = 'system', transition_reason = 'deadline'
+FROM overdue AS o
+WHERE j.job_id = o.job_id
+RETURNING j.job_id, j.tenant, j.kind, j.state, j.attempts, j.fencing_token;
+
+-- name: job_heartbeat_batch
+-- Extends every lease still held (same token, still running); rows not returned are no longer held.
+UPDATE jobs AS j
+SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s)
+FROM unnest(%(job_ids)s::uuid[], %(fencing_tokens)s::bigint[]) AS l(job_id, fencing_token)
+WHERE j.job_id = l.job_id AND j.fencing_token = l.fencing_token AND j.state = 'running'
+RETURNING j.job_id, j.fencing_token, j.cancel_requested, j.lease_expires_at;
+
+-- name: job_lease_diagnose
+-- Why reports were refused: the current state and token of each named job.
+SELECT job_id, state, fencing_token, cancel_requested
+FROM jobs
+WHERE job_id = ANY (%(job_ids)s::uuid[]);
+
+-- name: job_complete_batch
+-- Fenced completion of many jobs: SUCCEEDED with its result, or CANCELLED when a cancel was requested.
+WITH reported AS (
+    SELECT *
+    FROM unnest(%(job_ids)s::uuid[], %(fencing_tokens)s::bigint[], %(results)s::bytea[])
+         AS r(job_id, fencing_token, result)
+), finished AS (
+    UPDATE jobs AS j
+    SET state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'succeeded' END::job_state,
+        finished_at = clock_timestamp(),
+        lease_owner = NULL,
+        lease_expires_at = NULL,
+        transition_actor = 'worker:' || %(worker_id)s,
+        transition_reason = CASE WHEN j.cancel_requested THEN 'cancelled; result discarded'
+                                 ELSE 'completed' END
+    FROM reported AS r
+    WHERE j.job_id = r.job_id AND j.fencing_token = r.fencing_token AND j.state = 'running'
+    RETURNING j.job_id, j.tenant, j.state, j.attempts, j.fencing_token, r.result
+), stored AS (
+    INSERT INTO job_results (job_id, tenant, payload, attempt, fencing_token)
+    SELECT job_id, tenant, result, attempts, fencing_token
+    FROM finished
+    WHERE state = 'succeeded'
+    RETURNING job_id
+)
+SELECT f.job_id, f.state, f.tenant, f.attempts, f.fencing_token
+FROM finished AS f;
+
+-- name: job_fail
+-- Fenced failure of one attempt: RETRY_WAIT after a backoff, or FAILED / OUTCOME_UNKNOWN / CANCELLED.
+WITH current AS (
+    SELECT job_id,
+           clock_timestamp() + make_interval(secs => random() * least(backoff_cap_seconds,
+               backoff_base_seconds * power(2, greatest(attempts - 1, 0)))) AS retry_at
+    FROM jobs
+    WHERE job_id = %(job_id)s::uuid AND fencing_token = %(fencing_token)s AND state = 'running'
+    FOR UPDATE
+), decided AS (
+    SELECT c.job_id, c.retry_at,
+           CASE
+               WHEN j.cancel_requested THEN 'cancelled'
+               WHEN %(category)s::error_category = 'outcome_unknown' THEN 'outcome_unknown'
+               WHEN %(category)s::error_category = 'permanent' THEN 'failed'
+               WHEN j.attempts >= j.max_attempts THEN 'failed'
+               WHEN j.deadline IS NOT NULL AND j.deadline <= c.retry_at THEN 'failed'
+               ELSE 'retry_wait'
+           END::job_state AS next_state
+    FROM current AS c JOIN jobs AS j USING (job_id)
+)
+UPDATE jobs AS j
+SET state = d.next_state,
+    run_after = CASE WHEN d.next_state = 'retry_wait' THEN d.retry_at ELSE j.run_after END,
+    finished_at = CASE WHEN d.next_state IN ('failed', 'cancelled') THEN clock_timestamp() END,
+    last_error_category = %(category)s::error_category,
+    last_error_message = CASE
+        WHEN d.next_state = 'failed' AND %(category)s::error_category = 'retryable'
+             AND j.attempts < j.max_attempts THEN 'deadline: ' || %(message)s
+        ELSE %(message)s END,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    transition_actor = 'worker:' || %(worker_id)s,
+    transition_reason = CASE WHEN d.next_state = 'cancelled' THEN 'cancelled' ELSE 'attempt failed' END
+FROM decided AS d
+WHERE j.job_id = d.job_id
+RETURNING j.job_id, j.tenant, j.kind, j.state, j.run_after, j.attempts, j.fencing_token;
+
+-- name: job_release
+-- Fenced hand-back of a claimed job; an attempt whose handler never started is not counted.
+UPDATE jobs
+SET state = CASE
+        WHEN cancel_requested THEN 'cancelled'
+        WHEN %(started)s AND attempts >= max_attempts THEN 'failed'
+        ELSE 'pending' END::job_state,
+    attempts = CASE WHEN %(started)s THEN attempts ELSE attempts - 1 END,
+    run_after = clock_timestamp(),
+    finished_at = CASE WHEN cancel_requested OR (%(started)s AND attempts >= max_attempts)
+                       THEN clock_timestamp() END,
+    last_error_category = CASE WHEN %(started)s AND attempts >= max_attempts
+                               THEN 'retryable'::error_category ELSE last_error_category END,
+    last_error_message = CASE WHEN %(started)s AND attempts >= max_attempts
+                              THEN 'interrupted on the final attempt: ' || %(reason)s
+                              ELSE last_error_message END,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    transition_actor = 'worker:' || %(worker_id)s,
+    transition_reason = 'released: ' || %(reason)s
+WHERE job_id = %(job_id)s::uuid AND fencing_token = %(fencing_token)s AND state = 'running'
+RETURNING job_id, tenant, kind, state, attempts, fencing_token;
