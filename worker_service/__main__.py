@@ -1,0 +1,75 @@
+"""`python -m worker_service`: one worker replica."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from prometheus_client import disable_created_metrics, start_http_server
+
+from shared.domain.errors import JobsError
+from shared.env_settings import SettingsError
+from shared.handlers.loader import load_registry
+from shared.json_logging import configure_logging
+from shared.storage.database import Database, PoolSettings
+from worker_service.api_client import ApiClient, CredentialRejected
+from worker_service.metrics import WorkerMetrics
+from worker_service.settings import WorkerSettings
+from worker_service.worker import Worker
+
+log = logging.getLogger("worker_service")
+
+
+def _split_host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+async def run(settings: WorkerSettings) -> None:
+    registry = load_registry(settings.handler_modules)
+    metrics = WorkerMetrics(settings.metrics_tenant_limit)
+    if settings.metrics_listen:
+        host, port = _split_host_port(settings.metrics_listen)
+        start_http_server(port, addr=host, registry=metrics.registry)
+    db = await Database.open(
+        PoolSettings(settings.database_url, min_size=1, max_size=3, application_name="jobs-worker")
+    )
+    api = ApiClient(settings.api_target, settings.worker_token, settings.worker_id)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "worker %s: %d slots, lease %.0fs, kinds %s", settings.worker_id, settings.concurrency,
+        settings.lease_seconds, ", ".join(sorted(registry.kinds())),
+    )
+    try:
+        await Worker(settings, registry, db, api, metrics).run(stop)
+    finally:
+        await api.close()
+        await db.close()
+    log.info("worker %s stopped", settings.worker_id)
+
+
+def main() -> int:
+    configure_logging(os.environ.get("JOBS_LOG_LEVEL", "INFO").upper(), "worker_service")
+    disable_created_metrics()
+    try:
+        asyncio.run(run(WorkerSettings.from_env(os.environ)))
+        return 0
+    except SettingsError as exc:
+        log.error("configuration error: %s", exc)
+        return 2
+    except CredentialRejected as exc:
+        log.error("the API refused this worker's token: %s", exc)
+        return 2
+    except JobsError as exc:
+        log.error("%s", exc.message)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""WorkerService calls with the worker's credential. gRPC errors become the worker's own outcomes here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+from jobs.v1 import worker_pb2, worker_pb2_grpc
+from shared.domain.jobs import Completion, JobError, JobState, LeaseRef, LeaseStatus, ReportOutcome
+from worker_service import convert
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_INDETERMINATE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+_REFUSALS = {
+    "LEASE_LOST": ReportOutcome.LEASE_LOST,
+    "JOB_CANCELLED": ReportOutcome.JOB_CANCELLED,
+    "JOB_SUPERSEDED": ReportOutcome.JOB_SUPERSEDED,
+}
+CALL_TIMEOUT_SECONDS = 10.0
+
+
+class ApiUnreachable(Exception):
+    """The API did not answer before the report's deadline; the lease decides what happens next."""
+
+
+class CredentialRejected(Exception):
+    """The API refused the worker token: a configuration error, not worth retrying."""
+
+
+def _error_reason(error: grpc.aio.AioRpcError) -> str | None:
+    for key, value in error.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            for detail in status.details:
+                info = error_details_pb2.ErrorInfo()
+                if detail.Unpack(info):
+                    return info.reason
+    return None
+
+
+class ApiClient:
+    def __init__(self, target: str, token: str, worker_id: str) -> None:
+        self._channel = grpc.aio.insecure_channel(target)
+        self._stub = worker_pb2_grpc.WorkerServiceStub(self._channel)
+        self._metadata = (("authorization", f"Bearer {token}"), ("jobs-worker-id", worker_id))
+        self._worker_id = worker_id
+        self.reachable = asyncio.Event()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def _call(self, method: Callable[..., Awaitable[T]], request, *, deadline: float) -> T | ReportOutcome:
+        """Retries indeterminate failures with jittered backoff until `deadline` (monotonic)."""
+        delay = 0.05
+        while True:
+            try:
+                response = await method(request, metadata=self._metadata, timeout=CALL_TIMEOUT_SECONDS)
+                self.reachable.set()
+                return response
+            except grpc.aio.AioRpcError as error:
+                code = error.code()
+                if code == grpc.StatusCode.FAILED_PRECONDITION and _error_reason(error) in _REFUSALS:
+                    self.reachable.set()
+                    return _REFUSALS[_error_reason(error)]
+                if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                    raise CredentialRejected(error.details()) from None
+                if code not in _INDETERMINATE:
+                    raise
+                self.reachable.clear()
+                if time.monotonic() + delay > deadline:
+                    raise ApiUnreachable(f"{code.name}: {error.details()}") from None
+                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                delay = min(delay * 2, 2.0)
+
+    async def heartbeat(self, leases: list[LeaseRef], extend_by_seconds: float, *, deadline: float) -> list[LeaseStatus]:
+        request = convert.heartbeat_request(self._worker_id, leases, extend_by_seconds)
+        response = await self._call(self._stub.Heartbeat, request, deadline=deadline)
+        assert not isinstance(response, ReportOutcome)  # Heartbeat answers per lease, never refuses whole
+        return [convert.lease_status_from_proto(s) for s in response.leases]
+
+    async def complete_many(self, completions: list[Completion], *, deadline: float) -> list[ReportOutcome]:
+        response = await self._call(
+            self._stub.CompleteJobs, convert.complete_jobs_request(completions), deadline=deadline
+        )
+        if isinstance(response, ReportOutcome):
+            return [response] * len(completions)
+        return [convert.outcome_from_proto(o.outcome) for o in response.outcomes]
+
+    async def fail(self, lease: LeaseRef, error: JobError, *, deadline: float) -> JobState | ReportOutcome:
+        response = await self._call(self._stub.FailJob, convert.fail_job_request(lease, error), deadline=deadline)
+        if isinstance(response, ReportOutcome):
+            return response
+        return convert.state_from_proto(response.state) or JobState.FAILED
+
+    async def release(self, lease: LeaseRef, *, started: bool, reason: str, deadline: float) -> JobState | ReportOutcome:
+        request = worker_pb2.ReleaseJobRequest(
+            job_id=lease.job_id, fencing_token=lease.fencing_token, started=started, reason=reason
+        )
+        response = await self._call(self._stub.ReleaseJob, request, deadline=deadline)
+        if isinstance(response, ReportOutcome):
+            return response
+        return convert.state_from_proto(response.state) or JobState.PENDING

@@ -1,0 +1,54 @@
+"""The worker's periodic duties besides running jobs: wake-ups and the lease rescue sweep."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+
+from shared.domain.errors import JobsError
+from shared.storage import job_store
+from shared.storage.database import Database
+from shared.storage.notifications import RUNNABLE_CHANNEL, listen
+from worker_service.metrics import WorkerMetrics
+
+log = logging.getLogger(__name__)
+RESCUE_BATCH_LIMIT = 500
+LISTEN_RETRY_MAX_SECONDS = 10.0
+
+
+async def listen_for_work(database_url: str, wake: Callable[[], None]) -> None:
+    """Calls `wake` on every insert notification; reconnects with backoff, waking once per reconnect
+    because notifications sent while disconnected are lost."""
+    delay = 0.5
+    while True:
+        try:
+            async for _ in listen(database_url, RUNNABLE_CHANNEL):
+                delay = 0.5
+                wake()
+        except JobsError as exc:
+            log.warning("wake-up listener lost its connection: %s", exc.message)
+        await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        delay = min(delay * 2, LISTEN_RETRY_MAX_SECONDS)
+
+
+async def rescue_leases(db: Database, metrics: WorkerMetrics, interval_seconds: float) -> None:
+    """Ends expired leases and fails jobs past their deadline. Every replica runs it; SKIP LOCKED
+    keeps the sweeps from colliding."""
+    while True:
+        try:
+            async with db.transaction() as conn:
+                ended = await job_store.rescue_expired_leases(conn, limit=RESCUE_BATCH_LIMIT)
+            async with db.transaction() as conn:
+                ended += await job_store.fail_past_deadline(conn, limit=RESCUE_BATCH_LIMIT)
+            for t in ended:
+                metrics.rescued.labels(t.state.value).inc()
+                log.info(
+                    "lease sweep moved job to %s", t.state.value,
+                    extra={"job_id": t.job_id, "tenant": t.tenant, "kind": t.kind, "attempt": t.attempts,
+                           "fencing_token": t.fencing_token, "state": t.state.value},
+                )
+        except JobsError as exc:
+            log.warning("lease sweep failed: %s", exc.message)
+        await asyncio.sleep(interval_seconds * random.uniform(0.8, 1.2))

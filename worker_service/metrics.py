@@ -1,0 +1,50 @@
+"""A worker replica's Prometheus metrics, on a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from shared.metric_labels import TenantLabeler
+
+SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+
+
+class WorkerMetrics:
+    def __init__(self, tenant_limit: int) -> None:
+        self.registry = r = CollectorRegistry()
+        self.tenant_label = TenantLabeler(tenant_limit)
+        self.claimed = Counter("jobs_claimed_total", "Jobs claimed (attempts started).", ["tenant", "kind"], registry=r)
+        self.retries = Counter(
+            "jobs_retries_total", "Claims of a job that had run before (attempt > 1).", ["tenant", "kind"], registry=r
+        )
+        self.completed = Counter(
+            "jobs_completed_total", "Attempts that ended, by outcome.", ["tenant", "kind", "outcome"], registry=r
+        )
+        self.queue_wait = Histogram(
+            "jobs_queue_wait_seconds", "From runnable to claimed.", ["kind"], buckets=SECONDS_BUCKETS, registry=r
+        )
+        self.execution = Histogram(
+            "jobs_execution_seconds", "Handler run time of one attempt.", ["kind"], buckets=SECONDS_BUCKETS, registry=r
+        )
+        self.leases_lost = Counter("jobs_leases_lost_total", "Leases this replica lost while working.", registry=r)
+        self.in_flight = Gauge("jobs_in_flight", "Jobs this replica holds a lease on.", registry=r)
+        self.claim_batch = Histogram(
+            "jobs_claim_batch_size", "Jobs returned by one claim statement.",
+            buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200, 500), registry=r,
+        )
+        self.heartbeat_seconds = Histogram(
+            "jobs_heartbeat_rtt_seconds", "Round trip of one Heartbeat call.", buckets=SECONDS_BUCKETS, registry=r
+        )
+        self.rescued = Counter(
+            "jobs_rescued_total", "Expired leases and past-deadline jobs this replica's sweeps ended.",
+            ["state"], registry=r,
+        )
+
+    def count_claim(self, tenant: str, kind: str, attempt: int) -> None:
+        label = self.tenant_label(tenant)
+        self.claimed.labels(label, kind).inc()
+        if attempt > 1:
+            self.retries.labels(label, kind).inc()
+
+    def count_outcome(self, tenant: str, kind: str, outcome: str) -> None:
+        self.completed.labels(self.tenant_label(tenant), kind, outcome).inc()

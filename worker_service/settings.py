@@ -1,0 +1,63 @@
+"""A worker replica's settings, read once from the environment in main() and passed down."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from shared.env_settings import env_float, env_int, env_list, env_optional, env_str
+
+API_TARGET_DEFAULT = "127.0.0.1:50051"
+LEASE_SECONDS_DEFAULT = 30.0
+CONCURRENCY_DEFAULT = 10
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    database_url: str
+    api_target: str
+    worker_token: str
+    worker_id: str
+    lease_seconds: float
+    concurrency: int
+    metrics_listen: str | None
+    handler_modules: tuple[str, ...]
+    # Fallback when no wake-up notification arrives; jittered so replicas do not poll in step.
+    poll_interval_seconds: float
+    rescue_interval_seconds: float
+    shutdown_grace_seconds: float
+    completion_flush_seconds: float
+    completion_batch_max: int
+    metrics_tenant_limit: int
+    log_level: str
+
+    @property
+    def heartbeat_interval_seconds(self) -> float:
+        # Three chances to extend before the lease runs out.
+        return self.lease_seconds / 3
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> WorkerSettings:
+        lease_seconds = env_float(env, "JOBS_LEASE_SECONDS", LEASE_SECONDS_DEFAULT, minimum=1.0)
+        return cls(
+            database_url=env_str(env, "DATABASE_URL"),
+            api_target=env_str(env, "JOBS_API_TARGET", API_TARGET_DEFAULT),
+            worker_token=env_str(env, "JOBS_WORKER_TOKEN"),
+            worker_id=env_str(env, "JOBS_WORKER_ID", f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"),
+            lease_seconds=lease_seconds,
+            concurrency=env_int(env, "JOBS_WORKER_CONCURRENCY", CONCURRENCY_DEFAULT, minimum=1),
+            metrics_listen=env_optional(env, "JOBS_METRICS_LISTEN"),
+            handler_modules=env_list(env, "JOBS_HANDLER_MODULES"),
+            poll_interval_seconds=env_float(env, "JOBS_POLL_INTERVAL_SECONDS", 1.0, minimum=0.05),
+            rescue_interval_seconds=env_float(
+                env, "JOBS_RESCUE_INTERVAL_SECONDS", min(5.0, lease_seconds / 4), minimum=0.1
+            ),
+            shutdown_grace_seconds=env_float(env, "JOBS_SHUTDOWN_GRACE_SECONDS", 20.0),
+            completion_flush_seconds=env_float(env, "JOBS_COMPLETION_FLUSH_SECONDS", 0.002),
+            completion_batch_max=env_int(env, "JOBS_COMPLETION_BATCH_MAX", 200, minimum=1),
+            metrics_tenant_limit=env_int(env, "JOBS_METRICS_TENANT_LIMIT", 50, minimum=1),
+            log_level=env_str(env, "JOBS_LOG_LEVEL", "INFO").upper(),
+        )

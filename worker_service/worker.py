@@ -1,0 +1,361 @@
+"""The worker loop: claim up to the free slots, run handlers, keep leases alive, report, drain on stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+
+from shared.domain.errors import JobsError
+from shared.domain.jobs import ClaimedJob, Completion, ErrorCategory, JobError, JobState, LeaseRef, ReportOutcome
+from shared.handlers.api import HandlerError, HandlerRegistry, HandlerSpec, JobContext, PermanentError
+from shared.storage import job_store
+from shared.storage.database import Database
+from worker_service.api_client import ApiClient, ApiUnreachable
+from worker_service.background_loops import listen_for_work, rescue_leases
+from worker_service.completion_batcher import CompletionBatcher
+from worker_service.metrics import WorkerMetrics
+from worker_service.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+RELEASE_DEADLINE_SECONDS = 5.0
+_FAIL_OUTCOME_LABELS = {
+    JobState.RETRY_WAIT: "retried",
+    JobState.FAILED: "failed",
+    JobState.OUTCOME_UNKNOWN: "outcome_unknown",
+    JobState.CANCELLED: "cancelled",
+}
+_REFUSAL_LABELS = {
+    ReportOutcome.ACCEPTED: "succeeded",
+    ReportOutcome.LEASE_LOST: "lease_lost",
+    ReportOutcome.JOB_CANCELLED: "cancelled",
+    ReportOutcome.JOB_SUPERSEDED: "superseded",
+}
+
+
+class StopReason(enum.StrEnum):
+    CANCEL_REQUESTED = "cancel_requested"  # still held: report so the job ends CANCELLED
+    ENDED_ELSEWHERE = "ended_elsewhere"  # cancelled or superseded while we were not looking
+    LEASE_LOST = "lease_lost"
+    SHUTDOWN = "shutdown"
+
+
+@dataclass
+class ActiveJob:
+    claimed: ClaimedJob
+    context: JobContext
+    # Monotonic time by which the lease runs out unless a heartbeat extends it.
+    lease_deadline: float
+    task: asyncio.Task | None = None
+    stop_reason: StopReason | None = None
+    # Once the handler returned, the report goes out whatever the heartbeats say: fencing decides.
+    reporting: bool = False
+    log_fields: dict = field(default_factory=dict)
+
+    @property
+    def lease(self) -> LeaseRef:
+        return LeaseRef(self.claimed.job_id, self.claimed.fencing_token)
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        registry: HandlerRegistry,
+        db: Database,
+        api: ApiClient,
+        metrics: WorkerMetrics,
+    ) -> None:
+        self._settings = settings
+        self._registry = registry
+        self._db = db
+        self._api = api
+        self._metrics = metrics
+        self._batcher = CompletionBatcher(
+            api, flush_seconds=settings.completion_flush_seconds, batch_max=settings.completion_batch_max
+        )
+        self._active: dict[str, ActiveJob] = {}
+        self._wake = asyncio.Event()
+        # A background duty that died (a refused credential, a bug) stops the replica.
+        self._fatal: BaseException | None = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Works until `stop` is set, then drains: running jobs get the grace period, the rest are released."""
+        background = [
+            asyncio.create_task(self._batcher.run(), name="completion-batcher"),
+            asyncio.create_task(self._keep_leases(), name="lease-keeper"),
+            asyncio.create_task(
+                rescue_leases(self._db, self._metrics, self._settings.rescue_interval_seconds), name="lease-rescuer"
+            ),
+            asyncio.create_task(listen_for_work(self._settings.database_url, self.wake), name="wakeup-listener"),
+        ]
+        for task in background:
+            task.add_done_callback(self._on_background_done)
+        stop_waiter = asyncio.create_task(stop.wait())
+        stop_waiter.add_done_callback(lambda _: self.wake())
+        try:
+            await self._claim_until(stop)
+            await self._drain()
+        finally:
+            for task in [*background, stop_waiter]:
+                task.cancel()
+            await asyncio.gather(*background, stop_waiter, return_exceptions=True)
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _on_background_done(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self._fatal = task.exception()
+            log.error("%s stopped: %r", task.get_name(), self._fatal)
+            self.wake()
+
+    async def _claim_until(self, stop: asyncio.Event) -> None:
+        while not stop.is_set() and self._fatal is None:
+            if not self._api.reachable.is_set():
+                # Claiming while reports cannot reach the API would only burn attempts.
+                await self._wait(self._settings.poll_interval_seconds)
+                continue
+            self._wake.clear()
+            free = self._settings.concurrency - len(self._active)
+            if free > 0:
+                claimed = await self._claim(free)
+                for job in claimed:
+                    self._start(job)
+                if claimed and len(claimed) == free:
+                    continue  # there may be more waiting
+            if stop.is_set():
+                break
+            poll = self._settings.poll_interval_seconds * random.uniform(0.5, 1.0)
+            await self._wait(poll if free > 0 else None)
+
+    async def _wait(self, timeout: float | None) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _claim(self, limit: int) -> list[ClaimedJob]:
+        try:
+            async with self._db.transaction() as conn:
+                claimed = await job_store.claim_batch(
+                    conn,
+                    worker_id=self._settings.worker_id,
+                    kinds=sorted(self._registry.kinds()),
+                    limit=limit,
+                    lease_seconds=self._settings.lease_seconds,
+                )
+        except JobsError as exc:
+            log.warning("claim failed: %s", exc.message)
+            return []
+        self._metrics.claim_batch.observe(len(claimed))
+        return claimed
+
+    def _start(self, job: ClaimedJob) -> None:
+        context = JobContext(
+            job_id=job.job_id, tenant=job.tenant, kind=job.kind, payload=job.payload,
+            attempt=job.attempt, max_attempts=job.max_attempts, fencing_token=job.fencing_token,
+        )
+        active = ActiveJob(
+            claimed=job,
+            context=context,
+            lease_deadline=time.monotonic() + self._settings.lease_seconds,
+            log_fields={"job_id": job.job_id, "tenant": job.tenant, "kind": job.kind,
+                        "attempt": job.attempt, "fencing_token": job.fencing_token},
+        )
+        self._active[job.job_id] = active
+        self._metrics.in_flight.set(len(self._active))
+        self._metrics.count_claim(job.tenant, job.kind, job.attempt)
+        self._metrics.queue_wait.labels(job.kind).observe(
+            max((job.claimed_at - job.queued_since).total_seconds(), 0.0)
+        )
+        log.debug("claimed", extra=active.log_fields)
+        active.task = asyncio.create_task(self._run(active), name=f"job-{job.job_id}")
+
+    async def _run(self, active: ActiveJob) -> None:
+        try:
+            await self._execute_and_report(active)
+        except Exception:  # noqa: BLE001 - one job's bug must not stop the replica
+            log.exception("job runner failed", extra=active.log_fields)
+        finally:
+            self._active.pop(active.claimed.job_id, None)
+            self._metrics.in_flight.set(len(self._active))
+            self.wake()
+
+    async def _execute_and_report(self, active: ActiveJob) -> None:
+        job = active.claimed
+        spec = self._registry.get(job.kind)
+        started = time.monotonic()
+        try:
+            result = await self._invoke(spec, active.context)
+            error = None
+        except asyncio.CancelledError:
+            if active.stop_reason is None:
+                raise
+            asyncio.current_task().uncancel()
+            self._metrics.execution.labels(job.kind).observe(time.monotonic() - started)
+            await self._after_stop(active)
+            return
+        except HandlerError as exc:
+            error = JobError(exc.category, str(exc) or type(exc).__name__)
+        except _AttemptTimedOut as exc:
+            error = exc.error
+        except Exception as exc:  # noqa: BLE001 - unclassified failures are retryable by contract
+            error = JobError(ErrorCategory.RETRYABLE, f"{type(exc).__name__}: {exc}")
+        self._metrics.execution.labels(job.kind).observe(time.monotonic() - started)
+        active.reporting = True
+        if error is None:
+            await self._report_completion(active, result)
+        else:
+            await self._report_failure(active, error)
+
+    async def _invoke(self, spec: HandlerSpec | None, context: JobContext) -> bytes:
+        if spec is None:
+            raise PermanentError(f"no handler for kind {context.kind!r} in this replica")
+        if spec.timeout_seconds is None:
+            return _as_bytes(await spec.handler(context))
+        try:
+            async with asyncio.timeout(spec.timeout_seconds) as scope:
+                return _as_bytes(await spec.handler(context))
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            category = ErrorCategory.OUTCOME_UNKNOWN if spec.external_side_effects else ErrorCategory.RETRYABLE
+            raise _AttemptTimedOut(JobError(category, f"timed out after {spec.timeout_seconds:g}s")) from None
+
+    def _report_deadline(self) -> float:
+        return time.monotonic() + self._settings.lease_seconds
+
+    async def _report_completion(self, active: ActiveJob, result: bytes) -> None:
+        job = active.claimed
+        try:
+            outcome = await self._batcher.complete(
+                Completion(job.job_id, job.fencing_token, result), deadline=self._report_deadline()
+            )
+        except ApiUnreachable as exc:
+            self._unreported(active, exc)
+            return
+        self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[outcome])
+        if outcome is ReportOutcome.ACCEPTED:
+            log.info("job succeeded", extra={**active.log_fields, "state": "succeeded"})
+        else:
+            self._refused(active, outcome)
+
+    async def _report_failure(self, active: ActiveJob, error: JobError) -> None:
+        job = active.claimed
+        try:
+            outcome = await self._api.fail(active.lease, error, deadline=self._report_deadline())
+        except ApiUnreachable as exc:
+            self._unreported(active, exc)
+            return
+        if isinstance(outcome, ReportOutcome):
+            self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[outcome])
+            self._refused(active, outcome)
+            return
+        self._metrics.count_outcome(job.tenant, job.kind, _FAIL_OUTCOME_LABELS.get(outcome, "failed"))
+        log.info(
+            "attempt failed (%s): %s", error.category.value, error.message[:200],
+            extra={**active.log_fields, "state": outcome.value},
+        )
+
+    async def _after_stop(self, active: ActiveJob) -> None:
+        job, reason = active.claimed, active.stop_reason
+        if reason is StopReason.CANCEL_REQUESTED:
+            await self._report_failure(active, JobError(ErrorCategory.PERMANENT, "cancelled on request"))
+            return
+        if reason is StopReason.SHUTDOWN:
+            try:
+                state = await self._api.release(
+                    active.lease, started=True, reason="worker shutting down",
+                    deadline=time.monotonic() + RELEASE_DEADLINE_SECONDS,
+                )
+            except ApiUnreachable as exc:
+                self._unreported(active, exc)
+                return
+            label = "released" if not isinstance(state, ReportOutcome) else _REFUSAL_LABELS[state]
+            self._metrics.count_outcome(job.tenant, job.kind, label)
+            log.info("released at shutdown", extra=active.log_fields)
+            return
+        if reason is StopReason.LEASE_LOST:
+            self._metrics.leases_lost.inc()
+        self._metrics.count_outcome(job.tenant, job.kind, "lease_lost" if reason is StopReason.LEASE_LOST else "ended")
+        log.info("stopped: %s", reason.value, extra=active.log_fields)
+
+    def _refused(self, active: ActiveJob, outcome: ReportOutcome) -> None:
+        if outcome is ReportOutcome.LEASE_LOST:
+            self._metrics.leases_lost.inc()
+        log.warning("report refused: %s; job dropped", outcome.value, extra=active.log_fields)
+
+    def _unreported(self, active: ActiveJob, exc: Exception) -> None:
+        job = active.claimed
+        self._metrics.count_outcome(job.tenant, job.kind, "unreported")
+        log.warning("could not report (%s); the lease will expire and the job run again", exc, extra=active.log_fields)
+
+    def _stop(self, active: ActiveJob, reason: StopReason) -> None:
+        if active.reporting or active.stop_reason is not None or active.task is None:
+            return
+        active.stop_reason = reason
+        active.context.stop_requested.set()
+        active.task.cancel()
+
+    async def _keep_leases(self) -> None:
+        """Extends every held lease in one Heartbeat call per interval; also probes the API when idle."""
+        interval = self._settings.heartbeat_interval_seconds
+        while True:
+            actives = list(self._active.values())
+            sent_at = time.monotonic()
+            try:
+                statuses = await self._api.heartbeat(
+                    [a.lease for a in actives], self._settings.lease_seconds, deadline=sent_at + interval
+                )
+            except ApiUnreachable as exc:
+                log.warning("heartbeat failed: %s", exc)
+            else:
+                self._metrics.heartbeat_seconds.observe(time.monotonic() - sent_at)
+                self._apply(actives, statuses, sent_at)
+            await asyncio.sleep(max(interval - (time.monotonic() - sent_at), 0.0))
+
+    def _apply(self, actives: list[ActiveJob], statuses, sent_at: float) -> None:
+        for active, status in zip(actives, statuses, strict=True):
+            if status.held and not status.cancel_requested:
+                active.lease_deadline = sent_at + self._settings.lease_seconds
+            elif status.held:
+                self._stop(active, StopReason.CANCEL_REQUESTED)
+            elif status.cancel_requested or status.superseded:
+                self._stop(active, StopReason.ENDED_ELSEWHERE)
+            else:
+                self._stop(active, StopReason.LEASE_LOST)
+
+    async def _drain(self) -> None:
+        actives = list(self._active.values())
+        tasks = [a.task for a in actives if a.task is not None]
+        if tasks:
+            log.info("draining %d running jobs for up to %.0fs", len(tasks), self._settings.shutdown_grace_seconds)
+            await asyncio.wait(tasks, timeout=self._settings.shutdown_grace_seconds)
+        for active in list(self._active.values()):
+            self._stop(active, StopReason.SHUTDOWN)
+        remaining = [a.task for a in self._active.values() if a.task is not None]
+        if remaining:
+            await asyncio.wait(remaining, timeout=RELEASE_DEADLINE_SECONDS + 1)
+
+
+class _AttemptTimedOut(Exception):
+    def __init__(self, error: JobError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _as_bytes(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if value is None:
+        return b""
+    raise PermanentError(f"handler returned {type(value).__name__}; expected bytes")
