@@ -15,7 +15,6 @@ from shared.domain.errors import (
     DeadlineExceeded,
     FieldViolation,
     InvalidArgument,
-    ResourceExhausted,
     Unavailable,
 )
 
@@ -38,7 +37,8 @@ def translate_db_errors() -> Iterator[None]:
     try:
         yield
     except PoolTimeout as exc:
-        raise ResourceExhausted("database connections are busy", retry_after_seconds=1.0) from exc
+        # Either every connection is busy or none can be made (the database is down): both transient.
+        raise Unavailable("no database connection became available in time") from exc
     except psycopg.errors.QueryCanceled as exc:
         raise DeadlineExceeded("the database did not answer in time") from exc
     except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as exc:
