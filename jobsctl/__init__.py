@@ -1,0 +1,1 @@
+"""Command-line client of the job service: `jobsctl submit|get|result|list`."""

@@ -1,0 +1,45 @@
+"""`jobsctl`: a command-line client of jobs.v1.JobService, talking only through the generated stubs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+import grpc
+
+from jobs.v1 import jobs_pb2_grpc
+from jobsctl.arguments import UsageError, build_parser
+from jobsctl.commands import COMMANDS, Call, Console, WaitTimedOut
+from jobsctl.rpc_errors import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, describe
+
+
+def main(argv: Sequence[str] | None = None, console: Console | None = None) -> int:
+    """Returns the process exit code; argparse itself exits with 2 on malformed arguments."""
+    console = console or Console(sys.stdin.buffer, sys.stdout, sys.stdout.buffer, sys.stderr)
+    args = build_parser().parse_args(argv)
+    if not args.token:
+        print("jobsctl: no token: pass --token or set JOBS_TOKEN", file=console.stderr)
+        return EXIT_USAGE
+    try:
+        with grpc.insecure_channel(args.target) as channel:
+            call = Call(jobs_pb2_grpc.JobServiceStub(channel), args.token, args.timeout)
+            COMMANDS[args.command](call, args, console)
+    except UsageError as exc:
+        print(f"jobsctl: {exc}", file=console.stderr)
+        return EXIT_USAGE
+    except WaitTimedOut as exc:
+        print(f"jobsctl: {exc}", file=console.stderr)
+        return EXIT_UNAVAILABLE
+    except grpc.RpcError as exc:
+        failure = describe(exc)
+        if args.output == "json":
+            print(json.dumps(failure.as_dict(), indent=2), file=console.stderr)
+        else:
+            print(f"jobsctl: {failure.as_text()}", file=console.stderr)
+        return failure.exit_code
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""How jobs, pages and results look on a terminal (text) and to scripts (json)."""
+
+from __future__ import annotations
+
+import json
+
+from google.protobuf import json_format, timestamp_pb2
+from google.protobuf.message import Message
+
+from jobs.v1 import jobs_pb2
+
+_STATE_PREFIX = "JOB_STATE_"
+_CATEGORY_PREFIX = "ERROR_CATEGORY_"
+_TABLE_COLUMNS = ("JOB_ID", "KIND", "STATE", "ATTEMPTS", "PRIORITY", "CREATED_AT")
+
+
+def state_name(state: int) -> str:
+    return jobs_pb2.JobState.Name(state).removeprefix(_STATE_PREFIX)
+
+
+def parse_state(text: str) -> int:
+    """Accepts `succeeded`, `SUCCEEDED` or `JOB_STATE_SUCCEEDED`; raises ValueError otherwise."""
+    name = text.strip().upper().removeprefix(_STATE_PREFIX)
+    if name == "UNSPECIFIED":
+        raise ValueError(text)
+    return jobs_pb2.JobState.Value(_STATE_PREFIX + name)
+
+
+def state_choices() -> list[str]:
+    return [state_name(v) for v in jobs_pb2.JobState.values() if v != jobs_pb2.JOB_STATE_UNSPECIFIED]
+
+
+def timestamp_text(message: Message, field: str) -> str:
+    if not message.HasField(field):
+        return "-"
+    stamp: timestamp_pb2.Timestamp = getattr(message, field)
+    return stamp.ToJsonString()
+
+
+def message_json(message: Message) -> str:
+    """Proto3 JSON with the proto field names, defaults included; bytes are base64 as the mapping says."""
+    as_dict = json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    return json.dumps(as_dict, indent=2, sort_keys=False)
+
+
+def job_text(job: jobs_pb2.Job) -> str:
+    """One `name  value` line per field that says something."""
+    rows: list[tuple[str, str]] = [
+        ("job_id", job.job_id),
+        ("kind", job.kind),
+        ("state", state_name(job.state)),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("priority", str(job.priority)),
+        ("created_at", timestamp_text(job, "created_at")),
+        ("run_after", timestamp_text(job, "run_after")),
+        ("started_at", timestamp_text(job, "started_at")),
+        ("finished_at", timestamp_text(job, "finished_at")),
+    ]
+    optional: list[tuple[str, str]] = [
+        ("deadline", timestamp_text(job, "deadline") if job.HasField("deadline") else ""),
+        ("resource", f"{job.resource_key} version {job.resource_version}" if job.resource_key else ""),
+        ("depends_on", ", ".join(job.depends_on)),
+        ("labels", ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items()))),
+        ("idempotency_key", job.idempotency_key),
+        ("cancel_requested", "yes" if job.cancel_requested else ""),
+        ("last_error", _error_text(job) if job.HasField("last_error") else ""),
+    ]
+    rows += [(name, value) for name, value in optional if value]
+    rows += [("sequence", str(job.sequence)), ("fencing_token", str(job.fencing_token))]
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def _error_text(job: jobs_pb2.Job) -> str:
+    category = jobs_pb2.ErrorCategory.Name(job.last_error.category).removeprefix(_CATEGORY_PREFIX)
+    return f"{category}: {job.last_error.message}"
+
+
+def jobs_table(jobs: list[jobs_pb2.Job]) -> str:
+    """Left-aligned columns sized to their widest cell; a header even when there are no rows."""
+    rows = [_TABLE_COLUMNS] + [
+        (
+            job.job_id,
+            job.kind,
+            state_name(job.state),
+            f"{job.attempts}/{job.max_attempts}",
+            str(job.priority),
+            timestamp_text(job, "created_at"),
+        )
+        for job in jobs
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_TABLE_COLUMNS))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)

@@ -1,0 +1,85 @@
+"""gRPC errors as a person reads them: code, message, the google.rpc details, and the exit code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+EXIT_OK = 0
+EXIT_OTHER = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_FAILED_PRECONDITION = 4
+EXIT_UNAVAILABLE = 5
+
+_EXIT_BY_CODE = {
+    grpc.StatusCode.INVALID_ARGUMENT: EXIT_USAGE,
+    grpc.StatusCode.NOT_FOUND: EXIT_NOT_FOUND,
+    grpc.StatusCode.FAILED_PRECONDITION: EXIT_FAILED_PRECONDITION,
+    grpc.StatusCode.UNAVAILABLE: EXIT_UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED: EXIT_UNAVAILABLE,
+}
+
+
+@dataclass(frozen=True)
+class RpcFailure:
+    code: grpc.StatusCode
+    message: str
+    reason: str = ""
+    field_violations: list[tuple[str, str]] = field(default_factory=list)
+    retry_after_seconds: float | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return _EXIT_BY_CODE.get(self.code, EXIT_OTHER)
+
+    def as_dict(self) -> dict:
+        """The --output json form, written to stderr."""
+        error: dict = {"code": self.code.name, "message": self.message}
+        if self.reason:
+            error["reason"] = self.reason
+        if self.field_violations:
+            error["field_violations"] = [{"field": f, "description": d} for f, d in self.field_violations]
+        if self.retry_after_seconds is not None:
+            error["retry_after_seconds"] = self.retry_after_seconds
+        return {"error": error}
+
+    def as_text(self) -> str:
+        head = f"error: {self.code.name}: {self.message}"
+        if self.reason and self.reason != self.code.name:
+            head += f" (reason {self.reason})"
+        lines = [head]
+        lines += [f"  {f}: {d}" for f, d in self.field_violations]
+        if self.retry_after_seconds is not None:
+            lines.append(f"  retry after {self.retry_after_seconds:g}s")
+        return "\n".join(lines)
+
+
+def describe(error: grpc.RpcError) -> RpcFailure:
+    """Reads the rich status from the call's trailing metadata when the server sent one."""
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    message = (error.details() if hasattr(error, "details") else None) or ""
+    try:
+        status = rpc_status.from_call(error) if hasattr(error, "trailing_metadata") else None
+    except ValueError:  # details that contradict the status line are not worth showing
+        status = None
+    if status is None:
+        return RpcFailure(code, message)
+    reason, violations, retry_after = "", [], None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            reason = info.reason
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            violations = [(v.field, v.description) for v in bad.field_violations]
+        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            retry = error_details_pb2.RetryInfo()
+            detail.Unpack(retry)
+            retry_after = retry.retry_delay.ToMilliseconds() / 1000
+    return RpcFailure(code, status.message or message, reason, violations, retry_after)
