@@ -1,0 +1,147 @@
+"""Row factories: jobs inserted, claimed and moved through their lease by the real storage functions.
+
+Defaults make a retry runnable at once (no backoff), so tests that re-claim never wait on a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import sql
+
+from shared.domain.ids import JobId, TenantId
+from shared.domain.jobs import TERMINAL_STATES, ClaimedJob, Job, JobState, NewJob
+from shared.storage import job_store
+from shared.storage.database import Database
+
+TENANT_DEFAULT = TenantId("tenant-a")
+KIND_DEFAULT = "echo"
+WORKER_ID_DEFAULT = "worker-1"
+LEASE_SECONDS_DEFAULT = 30.0
+MAX_ATTEMPTS_DEFAULT = 3
+
+
+def new_job(**fields: Any) -> NewJob:
+    """A valid submission of the built-in `echo` kind; any NewJob field can be overridden."""
+    fields.setdefault("kind", KIND_DEFAULT)
+    fields.setdefault("payload", b"payload")
+    return NewJob(**fields)
+
+
+def insert_params(
+    *,
+    tenant: TenantId = TENANT_DEFAULT,
+    max_attempts: int = MAX_ATTEMPTS_DEFAULT,
+    backoff_base_seconds: float = 0.0,
+    backoff_cap_seconds: float = 0.0,
+    request_digest: bytes | None = None,
+) -> job_store.InsertParams:
+    return job_store.InsertParams(
+        tenant=tenant,
+        actor=f"tenant:{tenant}",
+        max_attempts=max_attempts,
+        backoff_base_seconds=backoff_base_seconds,
+        backoff_cap_seconds=backoff_cap_seconds,
+        request_digest=request_digest,
+    )
+
+
+async def insert_job(db: Database, **options: Any) -> Job:
+    """Inserts one pending job; takes insert_jobs' options and any NewJob field as an override."""
+    (job,) = await insert_jobs(db, 1, **options)
+    return job
+
+
+async def insert_jobs(
+    db: Database,
+    count: int,
+    *,
+    tenant: TenantId = TENANT_DEFAULT,
+    max_attempts: int = MAX_ATTEMPTS_DEFAULT,
+    backoff_base_seconds: float = 0.0,
+    backoff_cap_seconds: float = 0.0,
+    **fields: Any,
+) -> list[Job]:
+    """Inserts `count` identical pending jobs in one transaction."""
+    params = insert_params(
+        tenant=tenant,
+        max_attempts=max_attempts,
+        backoff_base_seconds=backoff_base_seconds,
+        backoff_cap_seconds=backoff_cap_seconds,
+    )
+    jobs = []
+    async with db.transaction() as conn:
+        for _ in range(count):
+            job = await job_store.insert_job(conn, new_job(**fields), params)
+            assert job is not None, "an idempotency key conflicted; factories insert fresh jobs only"
+            jobs.append(job)
+    return jobs
+
+
+async def claim(
+    db: Database,
+    *,
+    kinds: Sequence[str] = (KIND_DEFAULT,),
+    limit: int = 1,
+    worker_id: str = WORKER_ID_DEFAULT,
+    lease_seconds: float = LEASE_SECONDS_DEFAULT,
+) -> list[ClaimedJob]:
+    async with db.transaction() as conn:
+        return await job_store.claim_batch(
+            conn, worker_id=worker_id, kinds=kinds, limit=limit, lease_seconds=lease_seconds
+        )
+
+
+async def claim_one(db: Database, **options: Any) -> ClaimedJob:
+    """Claims the next runnable job; fails the test when none was runnable."""
+    claimed = await claim(db, limit=1, **options)
+    assert claimed, "expected a runnable job"
+    return claimed[0]
+
+
+async def expire_lease(db: Database, job_id: JobId) -> None:
+    """Moves the lease's end into the past, as if the worker had stopped heartbeating."""
+    async with db.transaction() as conn:
+        cur = await conn.execute(
+            "UPDATE jobs SET lease_expires_at = clock_timestamp() - interval '1 second'"
+            " WHERE job_id = %s AND state = 'running'",
+            (job_id,),
+        )
+        assert cur.rowcount == 1, "only a running job has a lease to expire"
+
+
+async def rescue_expired(db: Database, *, limit: int = 100) -> list[job_store.Transition]:
+    async with db.transaction() as conn:
+        return await job_store.rescue_expired_leases(conn, limit=limit)
+
+
+async def reclaim(db: Database, job_id: JobId, **options: Any) -> ClaimedJob:
+    """Lets the current lease expire, rescues the job and claims it again under a new token."""
+    await expire_lease(db, job_id)
+    rescued = await rescue_expired(db)
+    assert [t.job_id for t in rescued] == [job_id]
+    claimed = await claim_one(db, **options)
+    assert claimed.job_id == job_id
+    return claimed
+
+
+async def insert_and_claim(db: Database, *, lease_seconds: float = LEASE_SECONDS_DEFAULT, **options: Any) -> ClaimedJob:
+    """Inserts a job (insert_job's options) and claims it: running under its first lease, token 1."""
+    job = await insert_job(db, **options)
+    claimed = await claim_one(db, kinds=(job.kind,), lease_seconds=lease_seconds)
+    assert claimed.job_id == job.job_id, "another runnable job of the same kind was claimed"
+    return claimed
+
+
+async def set_state(db: Database, job_id: JobId, state: JobState, **columns: Any) -> None:
+    """Puts a job into `state` directly, for states that no storage function reaches yet
+    (cancelled, superseded). A terminal state drops the lease and stamps finished_at."""
+    assignments = [sql.SQL("state = %(state)s::job_state, transition_actor = 'test', transition_reason = 'arranged'")]
+    if state in TERMINAL_STATES:
+        assignments.append(sql.SQL("finished_at = clock_timestamp(), lease_owner = NULL, lease_expires_at = NULL"))
+    assignments += [sql.SQL("{} = {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in columns]
+    statement = sql.SQL("UPDATE jobs SET {} WHERE job_id = %(job_id)s").format(sql.SQL(", ").join(assignments))
+    async with db.transaction() as conn:
+        cur = await conn.execute(statement, {"state": state, "job_id": job_id, **columns})
+        assert cur.rowcount == 1

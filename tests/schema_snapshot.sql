@@ -1,0 +1,171 @@
+-- The migrated schema, normalised. Written by tests/test_migrations.py; refresh it with
+-- JOBS_UPDATE_SCHEMA_SNAPSHOT=1 .venv/bin/pytest tests/test_migrations.py -k snapshot
+
+CREATE TYPE public.error_category AS ENUM (
+    'retryable',
+    'permanent',
+    'outcome_unknown'
+);
+
+CREATE TYPE public.job_state AS ENUM (
+    'pending',
+    'blocked',
+    'running',
+    'retry_wait',
+    'succeeded',
+    'failed',
+    'cancelled',
+    'superseded',
+    'outcome_unknown'
+);
+
+CREATE FUNCTION public.jobs_bump_sequence() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.state IS DISTINCT FROM OLD.state OR NEW.cancel_requested IS DISTINCT FROM OLD.cancel_requested THEN
+        NEW.sequence := OLD.sequence + 1;
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE FUNCTION public.jobs_notify_runnable() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- Identical notifications in one transaction are folded into one: one wake-up per batch.
+    PERFORM pg_notify('jobs_runnable', '');
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION public.jobs_record_event() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO job_events (job_id, tenant, sequence, from_state, to_state, attempt, fencing_token, actor, reason)
+    VALUES (NEW.job_id, NEW.tenant, NEW.sequence,
+            CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END,
+            NEW.state, NEW.attempts, NEW.fencing_token, NEW.transition_actor, NEW.transition_reason);
+    -- One wake-up per job for watchers; workers listen on jobs_runnable (statement-level, below).
+    PERFORM pg_notify('jobs_changed', NEW.job_id::text || ':' || NEW.sequence::text);
+    RETURN NULL;
+END $$;
+
+CREATE TABLE public.job_events (
+    event_id bigint NOT NULL,
+    job_id uuid NOT NULL,
+    tenant text NOT NULL,
+    sequence bigint NOT NULL,
+    from_state public.job_state,
+    to_state public.job_state NOT NULL,
+    attempt integer NOT NULL,
+    fencing_token bigint NOT NULL,
+    actor text NOT NULL,
+    reason text NOT NULL,
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+ALTER TABLE public.job_events ALTER COLUMN event_id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.job_events_event_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.job_results (
+    job_id uuid NOT NULL,
+    tenant text NOT NULL,
+    payload bytea NOT NULL,
+    attempt integer NOT NULL,
+    fencing_token bigint NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+CREATE TABLE public.jobs (
+    job_id uuid DEFAULT gen_random_uuid() NOT NULL,
+    tenant text NOT NULL,
+    kind text NOT NULL,
+    state public.job_state NOT NULL,
+    payload bytea NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    run_after timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    deadline timestamp with time zone,
+    attempts integer DEFAULT 0 NOT NULL,
+    max_attempts integer NOT NULL,
+    backoff_base_seconds double precision DEFAULT 1 NOT NULL,
+    backoff_cap_seconds double precision DEFAULT 300 NOT NULL,
+    idempotency_key text,
+    request_digest bytea,
+    resource_key text,
+    resource_version bigint,
+    depends_on uuid[] DEFAULT '{}'::uuid[] NOT NULL,
+    labels jsonb DEFAULT '{}'::jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    started_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    fencing_token bigint DEFAULT 0 NOT NULL,
+    lease_owner text,
+    lease_expires_at timestamp with time zone,
+    cancel_requested boolean DEFAULT false NOT NULL,
+    last_error_category public.error_category,
+    last_error_message text,
+    sequence bigint DEFAULT 1 NOT NULL,
+    transition_actor text DEFAULT 'system'::text NOT NULL,
+    transition_reason text DEFAULT ''::text NOT NULL,
+    CONSTRAINT jobs_attempts_check CHECK ((attempts >= 0)),
+    CONSTRAINT jobs_backoff_base_seconds_check CHECK ((backoff_base_seconds >= (0)::double precision)),
+    CONSTRAINT jobs_backoff_cap_seconds_check CHECK ((backoff_cap_seconds >= (0)::double precision)),
+    CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT jobs_resource_version_with_key CHECK (((resource_key IS NULL) = (resource_version IS NULL))),
+    CONSTRAINT jobs_running_has_lease CHECK (((state <> 'running'::public.job_state) OR (lease_expires_at IS NOT NULL)))
+)
+WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.02', autovacuum_analyze_scale_factor='0.02');
+
+CREATE TABLE public.schema_migrations (
+    version integer NOT NULL,
+    name text NOT NULL,
+    applied_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+ALTER TABLE ONLY public.job_events
+    ADD CONSTRAINT job_events_job_id_sequence_key UNIQUE (job_id, sequence);
+
+ALTER TABLE ONLY public.job_events
+    ADD CONSTRAINT job_events_pkey PRIMARY KEY (event_id);
+
+ALTER TABLE ONLY public.job_results
+    ADD CONSTRAINT job_results_pkey PRIMARY KEY (job_id);
+
+ALTER TABLE ONLY public.jobs
+    ADD CONSTRAINT jobs_pkey PRIMARY KEY (job_id);
+
+ALTER TABLE ONLY public.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+CREATE UNIQUE INDEX jobs_idempotency_key_idx ON public.jobs USING btree (tenant, idempotency_key) WHERE (idempotency_key IS NOT NULL);
+
+CREATE INDEX jobs_runnable_idx ON public.jobs USING btree (priority DESC, run_after, job_id) WHERE (state = ANY (ARRAY['pending'::public.job_state, 'retry_wait'::public.job_state]));
+
+CREATE INDEX jobs_running_lease_idx ON public.jobs USING btree (lease_expires_at) WHERE (state = 'running'::public.job_state);
+
+CREATE INDEX jobs_tenant_created_idx ON public.jobs USING btree (tenant, created_at DESC, job_id DESC);
+
+CREATE INDEX jobs_tenant_resource_idx ON public.jobs USING btree (tenant, resource_key, resource_version DESC) WHERE (resource_key IS NOT NULL);
+
+CREATE INDEX jobs_waiting_deadline_idx ON public.jobs USING btree (deadline) WHERE ((deadline IS NOT NULL) AND (state = ANY (ARRAY['pending'::public.job_state, 'retry_wait'::public.job_state, 'blocked'::public.job_state])));
+
+CREATE TRIGGER jobs_bump_sequence BEFORE UPDATE ON public.jobs FOR EACH ROW EXECUTE FUNCTION public.jobs_bump_sequence();
+
+CREATE TRIGGER jobs_notify_runnable_insert AFTER INSERT ON public.jobs FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_notify_runnable();
+
+CREATE TRIGGER jobs_record_insert AFTER INSERT ON public.jobs FOR EACH ROW EXECUTE FUNCTION public.jobs_record_event();
+
+CREATE TRIGGER jobs_record_update AFTER UPDATE ON public.jobs FOR EACH ROW WHEN ((old.sequence IS DISTINCT FROM new.sequence)) EXECUTE FUNCTION public.jobs_record_event();
+
+ALTER TABLE ONLY public.job_events
+    ADD CONSTRAINT job_events_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.job_results
+    ADD CONSTRAINT job_results_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;

@@ -1,0 +1,173 @@
+"""The claim: one statement that takes runnable rows under a new lease, safe under any number of claimers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from shared.domain.jobs import JobState, LeaseRef
+from shared.storage import job_store, queries
+from tests import factories
+
+pytestmark = pytest.mark.timeout(60)
+
+RACE_ROWS = 500
+RACE_CLAIMERS = 8
+RACE_BATCH_MAX = 7
+
+
+async def _claim_until_drained(url: str, worker_id: str, claimed: list[str], total: int) -> list[str]:
+    """Claims small random batches on its own connection until every row has been claimed by someone."""
+    mine: list[str] = []
+    rng = random.Random(worker_id)
+    async with await psycopg.AsyncConnection.connect(url, row_factory=dict_row) as conn:
+        while len(claimed) < total:
+            async with conn.transaction():
+                batch = await job_store.claim_batch(
+                    conn, worker_id=worker_id, kinds=["echo"], limit=rng.randint(1, RACE_BATCH_MAX), lease_seconds=60
+                )
+            ids = [job.job_id for job in batch]
+            mine += ids
+            claimed += ids
+    return mine
+
+
+async def test_racing_claimers_take_every_row_exactly_once(db, database_url, sync_db):
+    jobs = await factories.insert_jobs(db, RACE_ROWS)
+    claimed: list[str] = []
+
+    async with asyncio.timeout(30):
+        per_worker = await asyncio.gather(
+            *(_claim_until_drained(database_url, f"worker-{n}", claimed, RACE_ROWS) for n in range(RACE_CLAIMERS))
+        )
+
+    assert len(claimed) == len(set(claimed)) == RACE_ROWS
+    assert set(claimed) == {job.job_id for job in jobs}
+    assert sum(1 for mine in per_worker if mine) > 1, "the claimers never actually overlapped"
+    rows = sync_db.rows("SELECT job_id::text, state, attempts, fencing_token, lease_owner FROM jobs")
+    owner_of = {job_id: f"worker-{n}" for n, mine in enumerate(per_worker) for job_id in mine}
+    for row in rows:
+        assert (row["state"], row["attempts"], row["fencing_token"]) == ("running", 1, 1)
+        assert row["lease_owner"] == owner_of[row["job_id"]]
+
+
+async def test_a_batch_respects_its_limit(db):
+    await factories.insert_jobs(db, 10)
+
+    sizes = [len(await factories.claim(db, limit=3)) for _ in range(5)]
+
+    assert sizes == [3, 3, 3, 1, 0]
+
+
+async def test_the_fencing_token_rises_with_every_claim_of_the_same_job(db, sync_db):
+    job = await factories.insert_job(db, max_attempts=10)
+    first = await factories.claim_one(db)
+    tokens = [first.fencing_token]
+    for _ in range(3):
+        again = await factories.reclaim(db, job.job_id)
+        tokens.append(again.fencing_token)
+    # A hand-back of an unstarted attempt refunds the attempt but never the token.
+    async with db.transaction() as conn:
+        await job_store.release(
+            conn,
+            worker_id="worker-1",
+            lease=LeaseRef(job.job_id, tokens[-1]),
+            started=False,
+            reason="shutdown",
+        )
+    tokens.append((await factories.claim_one(db)).fencing_token)
+
+    assert tokens == [1, 2, 3, 4, 5]
+    assert sync_db.job(job.job_id)["attempts"] == 4
+
+
+async def test_a_short_lease_expires_and_the_next_claim_gets_a_higher_token(db, sync_db):
+    job = await factories.insert_job(db)
+    first = await factories.claim_one(db, lease_seconds=0.05)
+
+    async with asyncio.timeout(10):
+        rescued = []
+        while not rescued:
+            rescued = await factories.rescue_expired(db)
+    second = await factories.claim_one(db)
+
+    assert rescued[0].job_id == job.job_id
+    assert second.fencing_token == first.fencing_token + 1
+    assert second.attempt == 2
+
+
+async def test_a_claim_takes_only_the_given_kinds(db):
+    echo = await factories.insert_jobs(db, 3, kind="echo")
+    sleep = await factories.insert_jobs(db, 2, kind="sleep")
+
+    claimed = await factories.claim(db, kinds=["sleep", "flaky"], limit=10)
+
+    assert {c.job_id for c in claimed} == {j.job_id for j in sleep}
+    assert {c.job_id for c in await factories.claim(db, kinds=["echo"], limit=10)} == {j.job_id for j in echo}
+    assert await factories.claim(db, kinds=["summarize"], limit=10) == []
+
+
+async def test_a_claim_takes_the_highest_priority_then_the_longest_waiting(db):
+    now = datetime.now(UTC)
+    arranged = [(0, 5), (5, 3), (-3, 9), (5, 1), (10, 0), (0, 2)]  # (priority, seconds ago)
+    jobs = [
+        await factories.insert_job(db, priority=priority, run_after=now - timedelta(seconds=ago))
+        for priority, ago in arranged
+    ]
+    expected = [jobs[i].job_id for i in sorted(range(len(arranged)), key=lambda i: (-arranged[i][0], -arranged[i][1]))]
+
+    order = [(await factories.claim_one(db)).job_id for _ in jobs]
+
+    assert order == expected
+
+
+async def test_a_job_waiting_for_its_run_after_or_past_its_deadline_is_not_claimed(db):
+    now = datetime.now(UTC)
+    await factories.insert_job(db, run_after=now + timedelta(hours=1))
+    await factories.insert_job(db, deadline=now - timedelta(seconds=1))
+    due = await factories.insert_job(db, run_after=now - timedelta(seconds=1))
+
+    claimed = await factories.claim(db, limit=10)
+
+    assert [c.job_id for c in claimed] == [due.job_id]
+
+
+async def test_a_claim_ignores_running_and_finished_jobs(db, sync_db):
+    running = await factories.insert_and_claim(db)
+    finished = await factories.insert_job(db)
+    await factories.set_state(db, finished.job_id, JobState.SUCCEEDED)
+
+    assert await factories.claim(db, limit=10) == []
+    assert sync_db.job(running.job_id)["fencing_token"] == 1
+
+
+async def test_the_claim_uses_the_runnable_index(db, sync_db):
+    # Finished history dwarfs the runnable rows, as in production; ANALYZE makes the planner know it.
+    sync_db.execute(
+        "INSERT INTO jobs (tenant, kind, state, payload, max_attempts, finished_at)"
+        " SELECT 'tenant-a', 'echo', 'succeeded', '', 3, clock_timestamp() FROM generate_series(1, 5000)"
+    )
+    await factories.insert_jobs(db, 20)
+    sync_db.execute("ANALYZE jobs")
+
+    plan = sync_db.one(
+        "EXPLAIN (FORMAT JSON) " + queries.JOB_CLAIM_BATCH,
+        {"worker_id": "w", "kinds": ["echo"], "limit": 10, "lease_seconds": 30},
+    )["QUERY PLAN"]
+
+    assert "jobs_runnable_idx" in _index_names(plan), json.dumps(plan, indent=1)
+
+
+def _index_names(plan: object) -> set[str]:
+    if isinstance(plan, dict):
+        found = {plan["Index Name"]} if "Index Name" in plan else set()
+        return found.union(*(_index_names(value) for value in plan.values()))
+    if isinstance(plan, list):
+        return set().union(*(_index_names(item) for item in plan))
+    return set()
