@@ -177,8 +177,10 @@ FROM finished AS f;
 
 -- name: job_fail
 -- Fenced failure of one attempt: RETRY_WAIT after a backoff, or FAILED / OUTCOME_UNKNOWN / CANCELLED.
+-- The decision reads the row as locked by FOR UPDATE: a cancel request committed while this statement
+-- waited for the lock is in that version, not in the statement's snapshot of the table.
 WITH current AS (
-    SELECT job_id,
+    SELECT job_id, cancel_requested, attempts, max_attempts, deadline,
            clock_timestamp() + make_interval(secs => random() * least(backoff_cap_seconds,
                backoff_base_seconds * power(2, greatest(attempts - 1, 0)))) AS retry_at
     FROM jobs
@@ -187,14 +189,14 @@ WITH current AS (
 ), decided AS (
     SELECT c.job_id, c.retry_at,
            CASE
-               WHEN j.cancel_requested THEN 'cancelled'
+               WHEN c.cancel_requested THEN 'cancelled'
                WHEN %(category)s::error_category = 'outcome_unknown' THEN 'outcome_unknown'
                WHEN %(category)s::error_category = 'permanent' THEN 'failed'
-               WHEN j.attempts >= j.max_attempts THEN 'failed'
-               WHEN j.deadline IS NOT NULL AND j.deadline <= c.retry_at THEN 'failed'
+               WHEN c.attempts >= c.max_attempts THEN 'failed'
+               WHEN c.deadline IS NOT NULL AND c.deadline <= c.retry_at THEN 'failed'
                ELSE 'retry_wait'
            END::job_state AS next_state
-    FROM current AS c JOIN jobs AS j USING (job_id)
+    FROM current AS c
 )
 UPDATE jobs AS j
 SET state = d.next_state,
