@@ -41,7 +41,7 @@ class SubmissionService:
     async def _submit_one(self, conn: Connection, tenant: TenantId, actor: str, job: NewJob) -> SubmitOutcome:
         spec = self._registry.get(job.kind)
         assert spec is not None  # validation admitted only registered kinds
-        digest = request_digest(job) if job.idempotency_key else None
+        digest = request_digest(job) if job.idempotency_key is not None else None
         params = job_store.InsertParams(
             tenant=tenant,
             actor=actor,

@@ -80,7 +80,7 @@ def validate_new_job(
 def _check_kind(v: ViolationCollector, kind: str, limits: SubmissionLimits, known: Collection[str]) -> None:
     if not kind:
         v.add("kind", "is required")
-    elif len(kind) > limits.max_kind_chars or not KIND_PATTERN.match(kind):
+    elif len(kind) > limits.max_kind_chars or not KIND_PATTERN.fullmatch(kind):
         v.add("kind", f"must match {KIND_PATTERN.pattern} and be at most {limits.max_kind_chars} characters")
     elif kind not in known:
         v.add("kind", "is not a registered job kind")
@@ -110,6 +110,6 @@ def _check_labels(v: ViolationCollector, labels: dict[str, str], limits: Submiss
     if len(labels) > limits.max_labels:
         v.add("labels", f"must have at most {limits.max_labels} entries")
     for key, value in labels.items():
-        if not key or len(key) > limits.max_label_key_chars or not LABEL_KEY_PATTERN.match(key):
+        if not key or len(key) > limits.max_label_key_chars or not LABEL_KEY_PATTERN.fullmatch(key):
             v.add(f"labels[{key[:64]!r}]", "key must match [A-Za-z0-9][A-Za-z0-9._/-]* (at most 63 characters)")
         check_text(v, f"labels[{key[:64]!r}]", value, limits.max_label_value_chars)

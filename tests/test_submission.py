@@ -1,0 +1,205 @@
+"""Submitting: validation that names the field, idempotent replays, all-or-nothing batches."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from api_service.usecases.submission import SubmissionService
+from shared.domain.errors import AlreadyExists, InvalidArgument
+from shared.domain.ids import TenantId
+from shared.domain.jobs import JobState
+from shared.domain.submission_rules import SubmissionLimits
+from shared.handlers.loader import load_registry
+from shared.storage.database import Database, PoolSettings
+from tests import factories
+
+pytestmark = pytest.mark.timeout(30)
+
+TENANT = TenantId("tenant-a")
+ACTOR = "tenant:tenant-a"
+PAYLOAD_LIMIT_BYTES = 1024
+CONCURRENT_SUBMITS = 50
+
+
+@pytest.fixture
+def service(db: Database) -> SubmissionService:
+    return SubmissionService(db, load_registry(()), SubmissionLimits(max_payload_bytes=PAYLOAD_LIMIT_BYTES))
+
+
+def job_count(sync_db) -> int:
+    return sync_db.one("SELECT count(*) AS n FROM jobs")["n"]
+
+
+async def test_a_submission_is_stored_pending_with_the_kinds_defaults(service, sync_db):
+    outcome = await service.submit(TENANT, ACTOR, factories.new_job(kind="flaky", labels={"team": "core"}))
+
+    assert outcome.created
+    row = sync_db.job(outcome.job.job_id)
+    assert (row["state"], row["tenant"], row["kind"], row["max_attempts"]) == ("pending", TENANT, "flaky", 5)
+    assert row["labels"] == {"team": "core"}
+
+
+async def test_a_replay_with_the_same_key_returns_the_same_job(service, sync_db):
+    request = factories.new_job(idempotency_key="order-7", payload=b"same")
+
+    first = await service.submit(TENANT, ACTOR, request)
+    replay = await service.submit(TENANT, ACTOR, replace(request))
+
+    assert (first.created, replay.created) == (True, False)
+    assert replay.job == first.job
+    assert job_count(sync_db) == 1
+
+
+async def test_the_same_key_for_a_different_request_is_refused(service, sync_db):
+    first = await service.submit(TENANT, ACTOR, factories.new_job(idempotency_key="order-7", payload=b"one"))
+    before = sync_db.snapshot()
+
+    with pytest.raises(AlreadyExists) as raised:
+        await service.submit(TENANT, ACTOR, factories.new_job(idempotency_key="order-7", payload=b"two"))
+
+    assert raised.value.metadata == {"job_id": first.job.job_id}
+    assert sync_db.snapshot() == before
+
+
+async def test_an_empty_key_is_still_checked_against_the_request(service, sync_db):
+    await service.submit(TENANT, ACTOR, factories.new_job(idempotency_key="", payload=b"one"))
+
+    with pytest.raises(AlreadyExists):
+        await service.submit(TENANT, ACTOR, factories.new_job(idempotency_key="", payload=b"two"))
+    assert job_count(sync_db) == 1
+
+
+async def test_keys_are_per_tenant(service, sync_db):
+    mine = await service.submit(TENANT, ACTOR, factories.new_job(idempotency_key="k"))
+    theirs = await service.submit(TenantId("tenant-b"), "tenant:tenant-b", factories.new_job(idempotency_key="k"))
+
+    assert theirs.created and theirs.job.job_id != mine.job.job_id
+
+
+async def test_concurrent_submits_with_one_key_make_one_job(database_url, sync_db):
+    wide = await Database.open(PoolSettings(database_url, min_size=1, max_size=20), wait=True)
+    try:
+        service = SubmissionService(wide, load_registry(()), SubmissionLimits())
+        request = factories.new_job(idempotency_key="once", payload=b"racing")
+        async with asyncio.timeout(20):
+            outcomes = await asyncio.gather(
+                *(service.submit(TENANT, ACTOR, request) for _ in range(CONCURRENT_SUBMITS))
+            )
+    finally:
+        await wide.close()
+
+    assert sum(o.created for o in outcomes) == 1
+    assert {o.job.job_id for o in outcomes} == {outcomes[0].job.job_id}
+    assert job_count(sync_db) == 1
+
+
+async def test_submit_jobs_stores_every_item_in_order(service, sync_db):
+    outcomes = await service.submit_many(
+        TENANT, ACTOR, [factories.new_job(payload=b"%d" % n, idempotency_key=f"k{n}") for n in range(3)]
+    )
+    replayed = await service.submit_many(
+        TENANT, ACTOR, [factories.new_job(payload=b"%d" % n, idempotency_key=f"k{n}") for n in range(3)]
+    )
+
+    assert [o.created for o in outcomes] == [True] * 3 and [o.created for o in replayed] == [False] * 3
+    assert [o.job.job_id for o in replayed] == [o.job.job_id for o in outcomes]
+    assert job_count(sync_db) == 3
+
+
+async def test_submit_jobs_with_one_invalid_item_writes_nothing(service, sync_db):
+    batch = [factories.new_job(), factories.new_job(), factories.new_job(kind="no-such-kind")]
+
+    with pytest.raises(InvalidArgument) as raised:
+        await service.submit_many(TENANT, ACTOR, batch)
+
+    assert [v.field for v in raised.value.violations] == ["jobs[2].kind"]
+    assert job_count(sync_db) == 0
+
+
+async def test_submit_jobs_with_one_reused_key_writes_nothing(service, sync_db):
+    await service.submit(TENANT, ACTOR, factories.new_job(idempotency_key="taken", payload=b"one"))
+    before = sync_db.snapshot()
+    batch = [factories.new_job(idempotency_key="fresh"), factories.new_job(idempotency_key="taken", payload=b"two")]
+
+    with pytest.raises(AlreadyExists):
+        await service.submit_many(TENANT, ACTOR, batch)
+
+    assert sync_db.snapshot() == before
+
+
+@pytest.mark.parametrize("size", [0, 1001])
+async def test_submit_jobs_needs_between_one_and_the_batch_limit(service, sync_db, size):
+    with pytest.raises(InvalidArgument) as raised:
+        await service.submit_many(TENANT, ACTOR, [factories.new_job()] * size)
+
+    assert [v.field for v in raised.value.violations] == ["jobs"]
+    assert job_count(sync_db) == 0
+
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+INVALID = {
+    "empty kind": ({"kind": ""}, "kind"),
+    "malformed kind": ({"kind": "Not A Kind"}, "kind"),
+    "unknown kind": ({"kind": "no-such-kind"}, "kind"),
+    "over-long kind": ({"kind": "k" * 129}, "kind"),
+    "NUL in kind": ({"kind": "echo\x00"}, "kind"),
+    "payload over the limit": ({"payload": b"x" * (PAYLOAD_LIMIT_BYTES + 1)}, "payload"),
+    "NUL in idempotency_key": ({"idempotency_key": "key\x00"}, "idempotency_key"),
+    "over-long idempotency_key": ({"idempotency_key": "k" * 257}, "idempotency_key"),
+    "NUL in resource_key": ({"resource_key": "doc\x00", "resource_version": 1}, "resource_key"),
+    "over-long resource_key": ({"resource_key": "r" * 513, "resource_version": 1}, "resource_key"),
+    "NUL in a label value": ({"labels": {"env": "prod\x00"}}, "labels['env']"),
+    "over-long label value": ({"labels": {"env": "v" * 257}}, "labels['env']"),
+    "NUL in a label key": ({"labels": {"env\x00": "prod"}}, "labels['env\\x00']"),
+    "newline ending a label key": ({"labels": {"env\n": "prod"}}, "labels['env\\n']"),
+    "over-long label key": ({"labels": {"k" * 64: "v"}}, f"labels['{'k' * 64}']"),
+    "empty label key": ({"labels": {"": "v"}}, "labels['']"),
+    "malformed dependency": ({"depends_on": ("not-a-job-id",)}, "depends_on[0]"),
+    "priority below the range": ({"priority": -1001}, "priority"),
+    "priority above the range": ({"priority": 1001}, "priority"),
+    "negative max_attempts": ({"max_attempts": -1}, "max_attempts"),
+    "negative resource_version": ({"resource_key": "doc", "resource_version": -1}, "resource_version"),
+    "resource_version without a key": ({"resource_version": -5}, "resource_version"),
+    "deadline before run_after": ({"run_after": NOW, "deadline": NOW - timedelta(seconds=1)}, "deadline"),
+}
+
+
+@pytest.mark.parametrize("case", INVALID)
+async def test_an_invalid_submission_names_its_field_and_writes_nothing(service, sync_db, case):
+    fields, expected_field = INVALID[case]
+
+    with pytest.raises(InvalidArgument) as raised:
+        await service.submit(TENANT, ACTOR, factories.new_job(**fields))
+
+    assert [v.field for v in raised.value.violations] == [expected_field]
+    assert job_count(sync_db) == 0
+
+
+@pytest.mark.parametrize("case", ["NUL in idempotency_key", "negative max_attempts", "NUL in a label value"])
+async def test_an_invalid_item_of_a_batch_is_named_by_its_index(service, sync_db, case):
+    fields, expected_field = INVALID[case]
+
+    with pytest.raises(InvalidArgument) as raised:
+        await service.submit_many(TENANT, ACTOR, [factories.new_job(), factories.new_job(**fields)])
+
+    assert [v.field for v in raised.value.violations] == [f"jobs[1].{expected_field}"]
+    assert job_count(sync_db) == 0
+
+
+async def test_every_violation_of_a_submission_is_reported_at_once(service):
+    with pytest.raises(InvalidArgument) as raised:
+        await service.submit(TENANT, ACTOR, factories.new_job(kind="", priority=5000, max_attempts=-1))
+
+    assert [v.field for v in raised.value.violations] == ["kind", "priority", "max_attempts"]
+
+
+async def test_a_submitted_job_is_claimable_at_once(service, db):
+    outcome = await service.submit(TENANT, ACTOR, factories.new_job())
+
+    claimed = await factories.claim_one(db)
+
+    assert claimed.job_id == outcome.job.job_id and outcome.job.state is JobState.PENDING
