@@ -308,7 +308,8 @@ def _supervise(stack: Stack) -> int:
         except StackError as exc:
             print(f"dev stack: {exc}", file=sys.stderr)
             return 1
-    print("\nstopping: workers, then the API, then the database")
+    database = ", then the embedded PostgreSQL" if stack.embedded_server is not None else ""
+    print(f"\nstopping: the workers, then the API{database}")
     return 0
 
 
