@@ -118,9 +118,12 @@ def _database_url(stack: Stack) -> str:
     server_module = _embedded_postgres_module()
     DEV_DIR.mkdir(exist_ok=True)
     print(f"starting the embedded PostgreSQL in {PGDATA.relative_to(REPO)}")
-    # cleanup_mode=None: this script stops the server itself, after the services that use it.
-    stack.embedded_server = server_module.get_server(PGDATA, cleanup_mode=None)
-    _create_database(stack.embedded_server.get_uri(), EMBEDDED_DATABASE)
+    try:
+        # cleanup_mode=None: this script stops the server itself, after the services that use it.
+        stack.embedded_server = server_module.get_server(PGDATA, cleanup_mode=None)
+        _create_database(stack.embedded_server.get_uri(), EMBEDDED_DATABASE)
+    except Exception as exc:  # the package raises assorted types; all mean the same to a newcomer
+        raise StackError(f"the embedded PostgreSQL did not start ({exc}); see {PGDATA / 'log'}") from exc
     return stack.embedded_server.get_uri(database=EMBEDDED_DATABASE)
 
 
