@@ -17,6 +17,7 @@ from shared.domain.jobs import (
     ErrorCategory,
     Job,
     JobError,
+    JobEvent,
     JobResult,
     JobState,
     LeaseRef,
@@ -147,6 +148,41 @@ def decode_page_token(token: str) -> PageCursor | None:
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         raise InvalidArgument(FieldViolation("page_token", "is not a token from a previous page")) from None
     return PageCursor(created_at, JobId(job_id))
+
+
+def event_to_proto(event: JobEvent) -> jobs_pb2.JobEvent:
+    return jobs_pb2.JobEvent(
+        job_id=event.job_id,
+        sequence=event.sequence,
+        from_state=_STATE_TO_PROTO[event.from_state] if event.from_state else jobs_pb2.JOB_STATE_UNSPECIFIED,
+        to_state=_STATE_TO_PROTO[event.to_state],
+        attempt=event.attempt,
+        fencing_token=event.fencing_token,
+        actor=event.actor,
+        reason=event.reason,
+        at=_timestamp(event.at),
+    )
+
+
+def encode_event_token(after_sequence: int | None) -> str:
+    if after_sequence is None:
+        return ""
+    return base64.urlsafe_b64encode(f"seq:{after_sequence}".encode()).decode().rstrip("=")
+
+
+def decode_event_token(token: str) -> int:
+    """0 (from the start) for an empty token; anything not made by encode_event_token is refused."""
+    if not token:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        prefix, _, number = text.partition(":")
+        sequence = int(number)
+        if prefix != "seq" or sequence < 0 or not number.isdigit():
+            raise ValueError(text)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidArgument(FieldViolation("page_token", "is not a token from a previous page")) from None
+    return sequence
 
 
 def leases_from_proto(leases) -> list[LeaseRef]:

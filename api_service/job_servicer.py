@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import grpc
-
 from api_service import convert
 from api_service.request_context import current_principal
 from api_service.usecases.job_queries import JobQueries
+from api_service.usecases.job_watch import JobWatch
+from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc
 from shared.domain.ids import JobId, TenantId
@@ -19,9 +19,13 @@ def _tenant() -> TenantId:
 
 
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
-    def __init__(self, submissions: SubmissionService, queries: JobQueries) -> None:
+    def __init__(
+        self, submissions: SubmissionService, queries: JobQueries, lifecycle: JobLifecycle, watch: JobWatch
+    ) -> None:
         self._submissions = submissions
         self._queries = queries
+        self._lifecycle = lifecycle
+        self._watch = watch
 
     async def SubmitJob(self, request, context):
         outcome = await self._submissions.submit(
@@ -57,17 +61,33 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         )
 
     async def WatchJob(self, request, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "WatchJob is not available yet")
-        yield jobs_pb2.Job()  # pragma: no cover - makes this an async generator
+        async for job in self._watch.watch(_tenant(), JobId(request.job_id), request.after_sequence):
+            yield convert.job_to_proto(job)
 
     async def CancelJob(self, request, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "CancelJob is not available yet")
+        job = await self._lifecycle.cancel(_tenant(), current_principal().name, JobId(request.job_id), request.reason)
+        return convert.job_to_proto(job)
 
     async def RetryJob(self, request, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "RetryJob is not available yet")
+        job = await self._lifecycle.retry(
+            _tenant(), current_principal().name, JobId(request.job_id), request.reason,
+            accept_duplicate_risk=request.accept_duplicate_risk,
+        )
+        return convert.job_to_proto(job)
 
     async def GetLatestResult(self, request, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetLatestResult is not available yet")
+        job, result = await self._queries.latest_result(_tenant(), request.resource_key)
+        return jobs_pb2.GetLatestResultResponse(
+            resource_key=request.resource_key,
+            resource_version=job.resource_version or 0,
+            result=convert.result_to_proto(result),
+            job=convert.job_to_proto(job),
+        )
 
     async def ListJobEvents(self, request, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "ListJobEvents is not available yet")
+        events, after = await self._queries.list_events(
+            _tenant(), JobId(request.job_id), convert.decode_event_token(request.page_token), request.page_size
+        )
+        return jobs_pb2.ListJobEventsResponse(
+            events=[convert.event_to_proto(e) for e in events], next_page_token=convert.encode_event_token(after)
+        )

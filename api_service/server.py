@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 
@@ -14,11 +13,14 @@ from prometheus_client import start_http_server
 
 from api_service.health_monitor import HealthMonitor
 from api_service.interceptors import ServiceInterceptor
+from api_service.job_change_hub import JobChangeHub
 from api_service.job_servicer import JobServicer
 from api_service.metrics import ApiMetrics
 from api_service.principals import PrincipalDirectory
 from api_service.settings import ApiSettings
 from api_service.usecases.job_queries import JobQueries
+from api_service.usecases.job_watch import JobWatch
+from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
 from api_service.worker_servicer import WorkerServicer
@@ -54,8 +56,12 @@ async def serve(settings: ApiSettings) -> None:
             ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
         ],
     )
+    hub = JobChangeHub(settings.database_url)
     jobs_pb2_grpc.add_JobServiceServicer_to_server(
-        JobServicer(SubmissionService(db, registry, settings.limits), JobQueries(db)), server
+        JobServicer(
+            SubmissionService(db, registry, settings.limits), JobQueries(db), JobLifecycle(db), JobWatch(db, hub)
+        ),
+        server,
     )
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(
         WorkerServicer(WorkerReports(db, metrics.reports, lease_max_seconds=settings.lease_max_seconds)), server
@@ -78,13 +84,16 @@ async def serve(settings: ApiSettings) -> None:
         host, metrics_port = split_host_port(settings.metrics_listen)
         start_http_server(metrics_port, addr=host, registry=metrics.registry)
     await server.start()
-    monitor = asyncio.create_task(HealthMonitor(health_servicer, db, settings.health_interval_seconds).run())
+    background = [
+        asyncio.create_task(HealthMonitor(health_servicer, db, settings.health_interval_seconds).run()),
+        asyncio.create_task(hub.run()),
+    ]
     log.info("API serving on %s", settings.listen)
     await _wait_for_stop_signal()
     log.info("shutting down: draining for up to %.0fs", settings.shutdown_grace_seconds)
-    monitor.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await monitor
+    for task in background:
+        task.cancel()
+    await asyncio.gather(*background, return_exceptions=True)
     await health_servicer.enter_graceful_shutdown()
     await server.stop(settings.shutdown_grace_seconds)
     await db.close()

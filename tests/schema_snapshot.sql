@@ -38,6 +38,14 @@ BEGIN
     RETURN NULL;
 END $$;
 
+CREATE FUNCTION public.jobs_notify_stop() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('jobs_stop', NEW.job_id::text);
+    RETURN NULL;
+END $$;
+
 CREATE FUNCTION public.jobs_record_event() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -48,6 +56,29 @@ BEGIN
             NEW.state, NEW.attempts, NEW.fencing_token, NEW.transition_actor, NEW.transition_reason);
     -- One wake-up per job for watchers; workers listen on jobs_runnable (statement-level, below).
     PERFORM pg_notify('jobs_changed', NEW.job_id::text || ':' || NEW.sequence::text);
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION public.jobs_settle_dependents() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.state = 'succeeded' THEN
+        UPDATE jobs AS d
+        SET state = 'pending', run_after = greatest(d.run_after, clock_timestamp()),
+            transition_actor = 'system', transition_reason = 'dependencies succeeded'
+        WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[NEW.job_id]
+          AND NOT EXISTS (
+              SELECT 1 FROM jobs AS p
+              WHERE p.job_id = ANY (d.depends_on) AND p.state <> 'succeeded');
+    ELSE
+        UPDATE jobs AS d
+        SET state = 'failed', finished_at = clock_timestamp(),
+            last_error_category = 'permanent',
+            last_error_message = 'dependency ' || NEW.job_id || ' ended ' || NEW.state,
+            transition_actor = 'system', transition_reason = 'dependency ' || NEW.job_id || ' ended ' || NEW.state
+        WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[NEW.job_id];
+    END IF;
     RETURN NULL;
 END $$;
 
@@ -72,6 +103,17 @@ ALTER TABLE public.job_events ALTER COLUMN event_id ADD GENERATED ALWAYS AS IDEN
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+CREATE TABLE public.job_receipts (
+    job_id uuid NOT NULL,
+    attempt integer NOT NULL,
+    step text NOT NULL,
+    fencing_token bigint NOT NULL,
+    intent bytea NOT NULL,
+    receipt bytea,
+    recorded_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    confirmed_at timestamp with time zone
 );
 
 CREATE TABLE public.job_results (
@@ -114,14 +156,23 @@ CREATE TABLE public.jobs (
     sequence bigint DEFAULT 1 NOT NULL,
     transition_actor text DEFAULT 'system'::text NOT NULL,
     transition_reason text DEFAULT ''::text NOT NULL,
+    retry_budget integer NOT NULL,
     CONSTRAINT jobs_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT jobs_backoff_base_seconds_check CHECK ((backoff_base_seconds >= (0)::double precision)),
     CONSTRAINT jobs_backoff_cap_seconds_check CHECK ((backoff_cap_seconds >= (0)::double precision)),
     CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT jobs_resource_version_with_key CHECK (((resource_key IS NULL) = (resource_version IS NULL))),
+    CONSTRAINT jobs_retry_budget_positive CHECK ((retry_budget >= 1)),
     CONSTRAINT jobs_running_has_lease CHECK (((state <> 'running'::public.job_state) OR (lease_expires_at IS NOT NULL)))
 )
 WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.02', autovacuum_analyze_scale_factor='0.02');
+
+CREATE TABLE public.resource_heads (
+    tenant text NOT NULL,
+    resource_key text NOT NULL,
+    latest_version bigint NOT NULL,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
 
 CREATE TABLE public.schema_migrations (
     version integer NOT NULL,
@@ -135,14 +186,22 @@ ALTER TABLE ONLY public.job_events
 ALTER TABLE ONLY public.job_events
     ADD CONSTRAINT job_events_pkey PRIMARY KEY (event_id);
 
+ALTER TABLE ONLY public.job_receipts
+    ADD CONSTRAINT job_receipts_pkey PRIMARY KEY (job_id, attempt, step);
+
 ALTER TABLE ONLY public.job_results
     ADD CONSTRAINT job_results_pkey PRIMARY KEY (job_id);
 
 ALTER TABLE ONLY public.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (job_id);
 
+ALTER TABLE ONLY public.resource_heads
+    ADD CONSTRAINT resource_heads_pkey PRIMARY KEY (tenant, resource_key);
+
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+CREATE INDEX jobs_blocked_depends_on_idx ON public.jobs USING gin (depends_on) WHERE (state = 'blocked'::public.job_state);
 
 CREATE UNIQUE INDEX jobs_idempotency_key_idx ON public.jobs USING btree (tenant, idempotency_key) WHERE (idempotency_key IS NOT NULL);
 
@@ -160,12 +219,19 @@ CREATE TRIGGER jobs_bump_sequence BEFORE UPDATE ON public.jobs FOR EACH ROW EXEC
 
 CREATE TRIGGER jobs_notify_runnable_insert AFTER INSERT ON public.jobs FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_notify_runnable();
 
+CREATE TRIGGER jobs_notify_stop AFTER UPDATE ON public.jobs FOR EACH ROW WHEN (((old.state = 'running'::public.job_state) AND ((new.cancel_requested AND (NOT old.cancel_requested)) OR (new.state = 'superseded'::public.job_state)))) EXECUTE FUNCTION public.jobs_notify_stop();
+
 CREATE TRIGGER jobs_record_insert AFTER INSERT ON public.jobs FOR EACH ROW EXECUTE FUNCTION public.jobs_record_event();
 
 CREATE TRIGGER jobs_record_update AFTER UPDATE ON public.jobs FOR EACH ROW WHEN ((old.sequence IS DISTINCT FROM new.sequence)) EXECUTE FUNCTION public.jobs_record_event();
 
+CREATE TRIGGER jobs_settle_dependents AFTER UPDATE OF state ON public.jobs FOR EACH ROW WHEN (((old.state IS DISTINCT FROM new.state) AND (new.state = ANY (ARRAY['succeeded'::public.job_state, 'failed'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])))) EXECUTE FUNCTION public.jobs_settle_dependents();
+
 ALTER TABLE ONLY public.job_events
     ADD CONSTRAINT job_events_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.job_receipts
+    ADD CONSTRAINT job_receipts_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY public.job_results
     ADD CONSTRAINT job_results_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;

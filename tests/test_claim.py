@@ -150,8 +150,8 @@ async def test_a_claim_ignores_running_and_finished_jobs(db, sync_db):
 async def test_the_claim_uses_the_runnable_index(db, sync_db):
     # Finished history dwarfs the runnable rows, as in production; ANALYZE makes the planner know it.
     sync_db.execute(
-        "INSERT INTO jobs (tenant, kind, state, payload, max_attempts, finished_at)"
-        " SELECT 'tenant-a', 'echo', 'succeeded', '', 3, clock_timestamp() FROM generate_series(1, 5000)"
+        "INSERT INTO jobs (tenant, kind, state, payload, max_attempts, retry_budget, finished_at)"
+        " SELECT 'tenant-a', 'echo', 'succeeded', '', 3, 3, clock_timestamp() FROM generate_series(1, 5000)"
     )
     await factories.insert_jobs(db, 20)
     sync_db.execute("ANALYZE jobs")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from shared.domain.errors import JobsError
 from shared.storage import job_store
 from shared.storage.database import Database
-from shared.storage.notifications import RUNNABLE_CHANNEL, listen
+from shared.storage.notifications import LISTENING, RUNNABLE_CHANNEL, STOP_CHANNEL, listen
 from worker_service.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
@@ -18,15 +18,23 @@ RESCUE_BATCH_LIMIT = 500
 LISTEN_RETRY_MAX_SECONDS = 10.0
 
 
-async def listen_for_work(database_url: str, wake: Callable[[], None]) -> None:
-    """Calls `wake` on every insert notification; reconnects with backoff, waking once per reconnect
-    because notifications sent while disconnected are lost."""
+async def listen_for_work(
+    database_url: str, wake: Callable[[], None], stop_requested: Callable[[str], None]
+) -> None:
+    """Calls `wake` on every insert notification and `stop_requested(job_id)` when a running job was
+    cancelled or superseded; reconnects with backoff, waking once per reconnect because notifications
+    sent while disconnected are lost (heartbeats still deliver the stops)."""
     delay = 0.5
     while True:
         try:
-            async for _ in listen(database_url, RUNNABLE_CHANNEL):
-                delay = 0.5
-                wake()
+            async for channel, payload in listen(database_url, RUNNABLE_CHANNEL, STOP_CHANNEL):
+                if (channel, payload) == LISTENING:
+                    delay = 0.5
+                    wake()
+                elif channel == STOP_CHANNEL:
+                    stop_requested(payload)
+                else:
+                    wake()
         except JobsError as exc:
             log.warning("wake-up listener lost its connection: %s", exc.message)
         await asyncio.sleep(delay * random.uniform(0.5, 1.0))

@@ -10,7 +10,7 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from shared.domain.errors import JobsError
+from shared.domain.errors import JobsError, LeaseLost
 from shared.domain.jobs import ClaimedJob, Completion, ErrorCategory, JobError, JobState, LeaseRef, ReportOutcome
 from shared.handlers.api import HandlerError, HandlerRegistry, HandlerSpec, JobContext, PermanentError
 from shared.storage import job_store
@@ -19,6 +19,7 @@ from worker_service.api_client import ApiClient, ApiUnreachable
 from worker_service.background_loops import listen_for_work, rescue_leases
 from worker_service.completion_batcher import CompletionBatcher
 from worker_service.metrics import WorkerMetrics
+from worker_service.receipt_book import DatabaseReceiptBook
 from worker_service.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class Worker:
         )
         self._active: dict[str, ActiveJob] = {}
         self._wake = asyncio.Event()
+        self._heartbeat_now = asyncio.Event()
         # A background duty that died (a refused credential, a bug) stops the replica.
         self._fatal: BaseException | None = None
 
@@ -94,7 +96,9 @@ class Worker:
             asyncio.create_task(
                 rescue_leases(self._db, self._metrics, self._settings.rescue_interval_seconds), name="lease-rescuer"
             ),
-            asyncio.create_task(listen_for_work(self._settings.database_url, self.wake), name="wakeup-listener"),
+            asyncio.create_task(
+                listen_for_work(self._settings.database_url, self.wake, self._stop_notified), name="wakeup-listener"
+            ),
         ]
         for task in background:
             task.add_done_callback(self._on_background_done)
@@ -109,6 +113,11 @@ class Worker:
             await asyncio.gather(*background, stop_waiter, return_exceptions=True)
         if self._fatal is not None:
             raise self._fatal
+
+    def _stop_notified(self, job_id: str) -> None:
+        """A held job was cancelled or superseded: ask the API now rather than at the next heartbeat."""
+        if job_id in self._active:
+            self._heartbeat_now.set()
 
     def _on_background_done(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -159,6 +168,7 @@ class Worker:
         context = JobContext(
             job_id=job.job_id, tenant=job.tenant, kind=job.kind, payload=job.payload,
             attempt=job.attempt, max_attempts=job.max_attempts, fencing_token=job.fencing_token,
+            receipt_book=DatabaseReceiptBook(self._db, LeaseRef(job.job_id, job.fencing_token)),
         )
         active = ActiveJob(
             claimed=job,
@@ -200,12 +210,17 @@ class Worker:
             self._metrics.execution.labels(job.kind).observe(time.monotonic() - started)
             await self._after_stop(active)
             return
+        except LeaseLost:
+            # A receipt write found the lease gone: the job belongs to a newer attempt now.
+            active.stop_reason = StopReason.LEASE_LOST
+            await self._after_stop(active)
+            return
         except HandlerError as exc:
             error = JobError(exc.category, str(exc) or type(exc).__name__)
         except _AttemptTimedOut as exc:
             error = exc.error
         except Exception as exc:  # noqa: BLE001 - unclassified failures are retryable by contract
-            error = JobError(ErrorCategory.RETRYABLE, f"{type(exc).__name__}: {exc}")
+            error = _unclassified(exc, active.context)
         self._metrics.execution.labels(job.kind).observe(time.monotonic() - started)
         active.reporting = True
         if error is None:
@@ -303,9 +318,11 @@ class Worker:
         active.task.cancel()
 
     async def _keep_leases(self) -> None:
-        """Extends every held lease in one Heartbeat call per interval; also probes the API when idle."""
+        """Extends every held lease in one Heartbeat call per interval (sooner when a stop was
+        notified); also probes the API when idle."""
         interval = self._settings.heartbeat_interval_seconds
         while True:
+            self._heartbeat_now.clear()
             actives = list(self._active.values())
             sent_at = time.monotonic()
             try:
@@ -317,7 +334,10 @@ class Worker:
             else:
                 self._metrics.heartbeat_seconds.observe(time.monotonic() - sent_at)
                 self._apply(actives, statuses, sent_at)
-            await asyncio.sleep(max(interval - (time.monotonic() - sent_at), 0.0))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._heartbeat_now.wait(), max(interval - (time.monotonic() - sent_at), 0.0)
+                )
 
     def _apply(self, actives: list[ActiveJob], statuses, sent_at: float) -> None:
         for active, status in zip(actives, statuses, strict=True):
@@ -347,6 +367,16 @@ class _AttemptTimedOut(Exception):
     def __init__(self, error: JobError) -> None:
         super().__init__(error.message)
         self.error = error
+
+
+def _unclassified(exc: Exception, context: JobContext) -> JobError:
+    """Unclassified failures are retryable, unless an external call of this attempt is unconfirmed:
+    then its effect may have happened, and only a person should decide to run it again."""
+    message = f"{type(exc).__name__}: {exc}"
+    if context.unconfirmed_steps:
+        steps = ", ".join(sorted(context.unconfirmed_steps))
+        return JobError(ErrorCategory.OUTCOME_UNKNOWN, f"{message} (after unconfirmed external call: {steps})")
+    return JobError(ErrorCategory.RETRYABLE, message)
 
 
 def _as_bytes(value: object) -> bytes:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from shared.domain.errors import FailedPrecondition, FieldViolation, InvalidArgument, NotFound
+from shared.domain.errors import FailedPrecondition, FieldViolation, InvalidArgument, NotFound, ViolationCollector
 from shared.domain.ids import JobId, TenantId
-from shared.domain.jobs import Job, JobPage, JobResult, JobState, ListFilter, PageCursor
-from shared.domain.submission_rules import check_job_id, check_text
-from shared.domain.errors import ViolationCollector
+from shared.domain.jobs import Job, JobEvent, JobPage, JobResult, ListFilter, PageCursor
+from shared.domain.submission_rules import SubmissionLimits, check_job_id, check_text
 from shared.storage import job_store
 from shared.storage.database import Database
 
@@ -56,5 +55,40 @@ class JobQueries:
         async with self._db.transaction() as conn:
             return await job_store.list_jobs(conn, tenant, filters, after, page_size or PAGE_SIZE_DEFAULT)
 
+    async def latest_result(self, tenant: TenantId, resource_key: str) -> tuple[Job, JobResult]:
+        """The result of the highest version submitted for the key, only if that version succeeded."""
+        violations = ViolationCollector()
+        if not resource_key:
+            violations.add("resource_key", "is required")
+        check_text(violations, "resource_key", resource_key, SubmissionLimits().max_resource_key_chars)
+        violations.raise_if_any()
+        async with self._db.transaction() as conn:
+            latest = await job_store.latest_result(conn, tenant, resource_key)
+            if latest is None or latest.job_id is None:
+                raise NotFound("no job was submitted for this resource key")
+            job = await job_store.get_job(conn, tenant, latest.job_id)
+        assert job is not None
+        if latest.result is None:
+            raise FailedPrecondition(
+                f"version {latest.resource_version} has no result yet: its job is {job.state.value}",
+                reason="RESULT_NOT_READY",
+                metadata={"resource_version": str(latest.resource_version), "state": job.state.value,
+                          "job_id": job.job_id},
+            )
+        return job, latest.result
 
-__all__ = ["JobQueries", "JobState"]
+    async def list_events(
+        self, tenant: TenantId, job_id: JobId, after_sequence: int, page_size: int
+    ) -> tuple[list[JobEvent], int | None]:
+        """A page of the job's transitions, and the sequence to continue after (None on the last page)."""
+        check_job_id(job_id)
+        if page_size < 0 or page_size > PAGE_SIZE_MAX:
+            raise InvalidArgument(FieldViolation("page_size", f"must be between 0 and {PAGE_SIZE_MAX}"))
+        limit = page_size or PAGE_SIZE_DEFAULT
+        async with self._db.transaction() as conn:
+            events = await job_store.list_events(conn, tenant, job_id, after_sequence=after_sequence, limit=limit + 1)
+            if not events and await job_store.get_job(conn, tenant, job_id) is None:
+                raise NotFound()
+        if len(events) <= limit:
+            return events, None
+        return events[:limit], events[limit - 1].sequence

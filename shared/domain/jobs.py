@@ -156,6 +156,48 @@ class ClaimedJob:
 
 
 @dataclass(frozen=True)
+class JobEvent:
+    """One recorded transition."""
+
+    job_id: JobId
+    sequence: int
+    from_state: JobState | None
+    to_state: JobState
+    attempt: int
+    fencing_token: FencingToken
+    actor: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """An external call of one attempt: its intent, and its confirmation once the call is known done."""
+
+    attempt: int
+    step: str
+    fencing_token: FencingToken
+    intent: bytes
+    receipt: bytes | None
+    recorded_at: datetime
+    confirmed_at: datetime | None
+
+    @property
+    def confirmed(self) -> bool:
+        return self.confirmed_at is not None
+
+
+@dataclass(frozen=True)
+class LatestResult:
+    """GetLatestResult's answer: the highest version, its newest job and, if it succeeded, the result."""
+
+    resource_version: int
+    job_id: JobId | None
+    state: JobState | None
+    result: JobResult | None
+
+
+@dataclass(frozen=True)
 class ListFilter:
     states: tuple[JobState, ...] = ()
     kind: str | None = None

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from shared.domain.ids import FencingToken, JobId, TenantId
-from shared.domain.jobs import ErrorCategory
+from shared.domain.jobs import ErrorCategory, Receipt
 
 MAX_ATTEMPTS_DEFAULT = 3
 # Retry backoff: full jitter in [0, min(cap, base * 2^(attempt-1))] seconds, computed by the database.
@@ -45,6 +46,16 @@ class OutcomeUnknownError(HandlerError):
     category = ErrorCategory.OUTCOME_UNKNOWN
 
 
+class ReceiptBook(Protocol):
+    """Where a context keeps receipts; each write is fenced by the attempt's lease."""
+
+    async def record_intent(self, step: str, intent: bytes) -> None: ...
+
+    async def confirm(self, step: str, receipt: bytes) -> None: ...
+
+    async def list(self) -> list[Receipt]: ...
+
+
 @dataclass
 class JobContext:
     job_id: JobId
@@ -57,6 +68,34 @@ class JobContext:
     fencing_token: FencingToken
     # Set when the job should stop early (cancel requested, superseded); the task is also cancelled.
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    receipt_book: ReceiptBook | None = None
+    _unconfirmed: set[str] = field(default_factory=set)
+
+    async def record_intent(self, step: str, intent: bytes = b"") -> None:
+        """Call just before an external call with side effects. If this attempt's lease then expires
+        before `confirm(step)`, the job goes to OUTCOME_UNKNOWN instead of being retried blindly."""
+        await self._book().record_intent(step, intent)
+        self._unconfirmed.add(step)
+
+    async def confirm(self, step: str, receipt: bytes = b"") -> None:
+        """Call once the external call is known to have taken effect (keep its id in `receipt`)."""
+        if step not in self._unconfirmed:
+            raise ValueError(f"confirm({step!r}) without record_intent({step!r}) in this attempt")
+        await self._book().confirm(step, receipt)
+        self._unconfirmed.discard(step)
+
+    async def earlier_receipts(self) -> list[Receipt]:
+        """Every receipt of this job, earlier attempts included, to reconcile before calling again."""
+        return await self._book().list()
+
+    @property
+    def unconfirmed_steps(self) -> frozenset[str]:
+        return frozenset(self._unconfirmed)
+
+    def _book(self) -> ReceiptBook:
+        if self.receipt_book is None:
+            raise RuntimeError("this context has no receipt book")
+        return self.receipt_book
 
 
 Handler = Callable[[JobContext], Awaitable[bytes]]

@@ -18,14 +18,17 @@ from shared.domain.jobs import (
     FailOutcome,
     Job,
     JobError,
+    JobEvent,
     JobPage,
     JobResult,
     JobState,
     LeaseRef,
+    LatestResult,
     LeaseStatus,
     ListFilter,
     NewJob,
     PageCursor,
+    Receipt,
     ReportOutcome,
     refusal_outcome,
 )
@@ -43,6 +46,9 @@ class InsertParams:
     backoff_base_seconds: float
     backoff_cap_seconds: float
     request_digest: bytes | None
+    state: JobState = JobState.PENDING
+    error: JobError | None = None
+    reason: str = "submitted"
 
 
 @dataclass(frozen=True)
@@ -106,10 +112,145 @@ async def insert_job(conn: Connection, new: NewJob, params: InsertParams) -> Job
             "depends_on": list(new.depends_on),
             "labels": Jsonb(new.labels),
             "actor": params.actor,
+            "state": params.state.value,
+            "error_category": params.error.category.value if params.error else None,
+            "error_message": params.error.message if params.error else None,
+            "reason": params.reason,
         },
     )
     row = await cur.fetchone()
     return job_from_row(row) if row else None
+
+
+async def dependency_states(conn: Connection, tenant: TenantId, job_ids: Sequence[JobId]) -> dict[JobId, JobState]:
+    """States of this tenant's named jobs (absent ids are missing), share-locked until commit."""
+    cur = await conn.execute(queries.JOB_DEPENDENCY_STATES, {"tenant": tenant, "job_ids": list(job_ids)})
+    return {JobId(str(r["job_id"])): JobState(r["state"]) for r in await cur.fetchall()}
+
+
+async def lock_resource_head(conn: Connection, tenant: TenantId, resource_key: str) -> int:
+    """The highest version submitted so far (0 for a new key); holds the key's lock until commit."""
+    cur = await conn.execute(queries.RESOURCE_HEAD_LOCK, {"tenant": tenant, "resource_key": resource_key})
+    row = await cur.fetchone()
+    return row["latest_version"]
+
+
+async def advance_resource(
+    conn: Connection, *, tenant: TenantId, resource_key: str, resource_version: int, actor: str
+) -> list[JobId]:
+    """Makes `resource_version` the latest and supersedes unfinished older jobs; returns those."""
+    params = {"tenant": tenant, "resource_key": resource_key, "resource_version": resource_version, "actor": actor}
+    await conn.execute(queries.RESOURCE_HEAD_ADVANCE, params)
+    cur = await conn.execute(queries.JOB_SUPERSEDE_OLDER, params)
+    return [JobId(str(r["job_id"])) for r in await cur.fetchall()]
+
+
+async def cancel(conn: Connection, *, tenant: TenantId, job_id: JobId, actor: str, reason: str) -> Job | None:
+    """None when the job is absent or already finished."""
+    cur = await conn.execute(
+        queries.JOB_CANCEL, {"tenant": tenant, "job_id": job_id, "actor": actor, "reason": reason}
+    )
+    row = await cur.fetchone()
+    return job_from_row(row) if row else None
+
+
+@dataclass(frozen=True)
+class RetryCandidate:
+    state: JobState
+    resource_version: int | None
+    latest_version: int | None
+    depends_on: tuple[JobId, ...]
+
+
+async def lock_for_retry(conn: Connection, tenant: TenantId, job_id: JobId) -> RetryCandidate | None:
+    cur = await conn.execute(queries.JOB_LOCK_FOR_RETRY, {"tenant": tenant, "job_id": job_id})
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    return RetryCandidate(
+        JobState(row["state"]), row["resource_version"], row["latest_version"],
+        tuple(JobId(str(d)) for d in row["depends_on"]),
+    )
+
+
+async def reopen(
+    conn: Connection, *, tenant: TenantId, job_id: JobId, expected: JobState, next_state: JobState,
+    actor: str, reason: str,
+) -> Job | None:
+    cur = await conn.execute(
+        queries.JOB_RETRY,
+        {"tenant": tenant, "job_id": job_id, "expected_state": expected.value, "next_state": next_state.value,
+         "actor": actor, "reason": reason},
+    )
+    row = await cur.fetchone()
+    return job_from_row(row) if row else None
+
+
+async def latest_result(conn: Connection, tenant: TenantId, resource_key: str) -> LatestResult | None:
+    """None when the tenant never submitted a job for the key."""
+    cur = await conn.execute(queries.RESULT_LATEST_FOR_RESOURCE, {"tenant": tenant, "resource_key": resource_key})
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    job_id = JobId(str(row["job_id"])) if row["job_id"] else None
+    result = None
+    if job_id and row["payload"] is not None:
+        result = JobResult(job_id, bytes(row["payload"]), row["attempt"], FencingToken(row["fencing_token"]),
+                           row["created_at"])
+    return LatestResult(row["latest_version"], job_id, JobState(row["state"]) if row["state"] else None, result)
+
+
+async def list_events(
+    conn: Connection, tenant: TenantId, job_id: JobId, *, after_sequence: int, limit: int
+) -> list[JobEvent]:
+    cur = await conn.execute(
+        queries.EVENT_LIST,
+        {"tenant": tenant, "job_id": job_id, "after_sequence": after_sequence, "limit": limit},
+    )
+    return [
+        JobEvent(
+            job_id=JobId(str(r["job_id"])),
+            sequence=r["sequence"],
+            from_state=JobState(r["from_state"]) if r["from_state"] else None,
+            to_state=JobState(r["to_state"]),
+            attempt=r["attempt"],
+            fencing_token=FencingToken(r["fencing_token"]),
+            actor=r["actor"],
+            reason=r["reason"],
+            at=r["at"],
+        )
+        for r in await cur.fetchall()
+    ]
+
+
+async def record_intent(conn: Connection, lease: LeaseRef, step: str, intent: bytes) -> bool:
+    """False when the lease is no longer held (nothing was written)."""
+    cur = await conn.execute(
+        queries.RECEIPT_RECORD_INTENT,
+        {"job_id": lease.job_id, "fencing_token": lease.fencing_token, "step": step, "intent": intent},
+    )
+    return await cur.fetchone() is not None
+
+
+async def confirm_receipt(conn: Connection, lease: LeaseRef, step: str, receipt: bytes) -> bool:
+    """False when the lease is no longer held or no intent was recorded for the step."""
+    cur = await conn.execute(
+        queries.RECEIPT_CONFIRM,
+        {"job_id": lease.job_id, "fencing_token": lease.fencing_token, "step": step, "receipt": receipt},
+    )
+    return await cur.fetchone() is not None
+
+
+async def list_receipts(conn: Connection, job_id: JobId) -> list[Receipt]:
+    cur = await conn.execute(queries.RECEIPT_LIST, {"job_id": job_id})
+    return [
+        Receipt(
+            attempt=r["attempt"], step=r["step"], fencing_token=FencingToken(r["fencing_token"]),
+            intent=bytes(r["intent"]), receipt=bytes(r["receipt"]) if r["receipt"] is not None else None,
+            recorded_at=r["recorded_at"], confirmed_at=r["confirmed_at"],
+        )
+        for r in await cur.fetchall()
+    ]
 
 
 async def get_by_idempotency_key(

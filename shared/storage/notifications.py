@@ -11,16 +11,23 @@ from shared.storage.database import translate_db_errors
 
 # Wakes workers when jobs are inserted; folded to one notification per transaction.
 RUNNABLE_CHANNEL = "jobs_runnable"
+# A running job was cancelled or superseded; payload: its job id.
+STOP_CHANNEL = "jobs_stop"
+# Any transition; payload: "<job id>:<sequence>". WatchJob streams wait on it.
+CHANGED_CHANNEL = "jobs_changed"
+# What `listen` yields once it is listening: everything before this may have been missed.
+LISTENING = ("", "")
 
 
-async def listen(database_url: str, channel: str) -> AsyncIterator[str]:
-    """Yields "" once listening starts, then each notification's payload; raises Unavailable when
-    the connection fails (the caller reconnects, and must assume it missed notifications)."""
+async def listen(database_url: str, *channels: str) -> AsyncIterator[tuple[str, str]]:
+    """Yields LISTENING once listening starts, then (channel, payload) per notification; raises
+    Unavailable when the connection fails (the caller reconnects and must assume it missed some)."""
     with translate_db_errors():
         async with await psycopg.AsyncConnection.connect(
             database_url, autocommit=True, application_name="jobs-listener"
         ) as conn:
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-            yield ""
+            for channel in channels:
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            yield LISTENING
             async for notify in conn.notifies():
-                yield notify.payload
+                yield notify.channel, notify.payload

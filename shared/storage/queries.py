@@ -4,8 +4,17 @@ from shared.storage.sql_loader import load_sql_blocks
 
 _jobs = load_sql_blocks("jobs.sql")
 _results = load_sql_blocks("results.sql")
+_events = load_sql_blocks("events.sql")
+_receipts = load_sql_blocks("receipts.sql")
 
 JOB_INSERT = _jobs.pop("job_insert")
+JOB_DEPENDENCY_STATES = _jobs.pop("job_dependency_states")
+RESOURCE_HEAD_LOCK = _jobs.pop("resource_head_lock")
+RESOURCE_HEAD_ADVANCE = _jobs.pop("resource_head_advance")
+JOB_SUPERSEDE_OLDER = _jobs.pop("job_supersede_older")
+JOB_CANCEL = _jobs.pop("job_cancel")
+JOB_LOCK_FOR_RETRY = _jobs.pop("job_lock_for_retry")
+JOB_RETRY = _jobs.pop("job_retry")
 JOB_GET_BY_IDEMPOTENCY_KEY = _jobs.pop("job_get_by_idempotency_key")
 JOB_GET = _jobs.pop("job_get")
 JOB_LIST = _jobs.pop("job_list")
@@ -19,6 +28,14 @@ JOB_FAIL = _jobs.pop("job_fail")
 JOB_RELEASE = _jobs.pop("job_release")
 
 RESULT_GET = _results.pop("result_get")
+RESULT_LATEST_FOR_RESOURCE = _results.pop("result_latest_for_resource")
 
-if _jobs or _results:
-    raise RuntimeError(f"SQL blocks without a constant: {sorted(_jobs) + sorted(_results)}")
+EVENT_LIST = _events.pop("event_list")
+
+RECEIPT_RECORD_INTENT = _receipts.pop("receipt_record_intent")
+RECEIPT_CONFIRM = _receipts.pop("receipt_confirm")
+RECEIPT_LIST = _receipts.pop("receipt_list")
+
+_unused = sorted(_jobs) + sorted(_results) + sorted(_events) + sorted(_receipts)
+if _unused:
+    raise RuntimeError(f"SQL blocks without a constant: {_unused}")

@@ -2,19 +2,50 @@
 -- Every statement a tenant caller reaches filters by tenant.
 
 -- name: job_insert
--- Stores one submission; with a reused idempotency key it inserts nothing and returns no row.
-INSERT INTO jobs (tenant, kind, state, payload, priority, run_after, deadline, max_attempts,
+-- Stores one submission in the state the use-case decided; with a reused idempotency key it inserts nothing.
+INSERT INTO jobs (tenant, kind, state, payload, priority, run_after, deadline, max_attempts, retry_budget,
                   backoff_base_seconds, backoff_cap_seconds, idempotency_key, request_digest,
-                  resource_key, resource_version, depends_on, labels, transition_actor, transition_reason)
-VALUES (%(tenant)s, %(kind)s, 'pending', %(payload)s, %(priority)s,
+                  resource_key, resource_version, depends_on, labels, finished_at,
+                  last_error_category, last_error_message, transition_actor, transition_reason)
+VALUES (%(tenant)s, %(kind)s, %(state)s::job_state, %(payload)s, %(priority)s,
         coalesce(%(run_after)s::timestamptz, clock_timestamp()), %(deadline)s::timestamptz, %(max_attempts)s,
-        %(backoff_base_seconds)s, %(backoff_cap_seconds)s, %(idempotency_key)s, %(request_digest)s,
-        %(resource_key)s, %(resource_version)s, %(depends_on)s::uuid[], %(labels)s::jsonb,
-        %(actor)s, 'submitted')
+        %(max_attempts)s, %(backoff_base_seconds)s, %(backoff_cap_seconds)s, %(idempotency_key)s,
+        %(request_digest)s, %(resource_key)s, %(resource_version)s, %(depends_on)s::uuid[], %(labels)s::jsonb,
+        CASE WHEN %(state)s::job_state IN ('failed', 'superseded') THEN clock_timestamp() END,
+        %(error_category)s::error_category, %(error_message)s, %(actor)s, %(reason)s)
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
           finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
           resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
+
+-- name: job_dependency_states
+-- The states of the named jobs of one tenant, locked so none can end unseen before this transaction commits.
+SELECT job_id, state
+FROM jobs
+WHERE tenant = %(tenant)s AND job_id = ANY (%(job_ids)s::uuid[])
+FOR SHARE;
+
+-- name: resource_head_lock
+-- Creates the resource key's head if new and locks it: submissions of one key run one at a time.
+INSERT INTO resource_heads (tenant, resource_key, latest_version)
+VALUES (%(tenant)s, %(resource_key)s, 0)
+ON CONFLICT (tenant, resource_key) DO UPDATE SET latest_version = resource_heads.latest_version
+RETURNING latest_version;
+
+-- name: resource_head_advance
+-- Records a higher version as the resource key's latest.
+UPDATE resource_heads
+SET latest_version = %(resource_version)s, updated_at = clock_timestamp()
+WHERE tenant = %(tenant)s AND resource_key = %(resource_key)s AND latest_version < %(resource_version)s;
+
+-- name: job_supersede_older
+-- Ends the unfinished jobs of lower versions of a resource; a running one learns it at its next heartbeat.
+UPDATE jobs
+SET state = 'superseded', finished_at = clock_timestamp(), lease_owner = NULL, lease_expires_at = NULL,
+    transition_actor = %(actor)s, transition_reason = 'superseded by version ' || %(resource_version)s
+WHERE tenant = %(tenant)s AND resource_key = %(resource_key)s AND resource_version < %(resource_version)s
+  AND state IN ('pending', 'blocked', 'retry_wait', 'running')
+RETURNING job_id;
 
 -- name: job_get_by_idempotency_key
 -- The job an earlier submission with this key created, with the digest of that request.
@@ -85,27 +116,37 @@ WITH expired AS (
     ORDER BY lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), decided AS (
-    SELECT j.job_id,
+), timed AS (
+    SELECT j.job_id, j.cancel_requested, j.attempts, j.max_attempts, j.deadline,
            clock_timestamp() + make_interval(secs => random() * least(j.backoff_cap_seconds,
-               j.backoff_base_seconds * power(2, greatest(j.attempts - 1, 0)))) AS retry_at
+               j.backoff_base_seconds * power(2, greatest(j.attempts - 1, 0)))) AS retry_at,
+           (SELECT r.step FROM job_receipts AS r
+            WHERE r.job_id = j.job_id AND r.attempt = j.attempts AND r.confirmed_at IS NULL
+            LIMIT 1) AS unconfirmed_step
     FROM jobs AS j JOIN expired USING (job_id)
+), decided AS (
+    SELECT job_id, retry_at, unconfirmed_step,
+           CASE
+               WHEN cancel_requested THEN 'cancelled'
+               WHEN unconfirmed_step IS NOT NULL THEN 'outcome_unknown'
+               WHEN attempts >= max_attempts THEN 'failed'
+               WHEN deadline IS NOT NULL AND deadline <= retry_at THEN 'failed'
+               ELSE 'retry_wait'
+           END::job_state AS next_state
+    FROM timed
 )
 UPDATE jobs AS j
-SET state = CASE
-        WHEN j.cancel_requested THEN 'cancelled'
-        WHEN j.attempts >= j.max_attempts THEN 'failed'
-        WHEN j.deadline IS NOT NULL AND j.deadline <= d.retry_at THEN 'failed'
-        ELSE 'retry_wait' END::job_state,
-    run_after = CASE WHEN j.cancel_requested THEN j.run_after ELSE d.retry_at END,
-    finished_at = CASE
-        WHEN j.cancel_requested OR j.attempts >= j.max_attempts
-             OR (j.deadline IS NOT NULL AND j.deadline <= d.retry_at) THEN clock_timestamp() END,
-    last_error_category = 'retryable',
+SET state = d.next_state,
+    run_after = CASE WHEN d.next_state = 'retry_wait' THEN d.retry_at ELSE j.run_after END,
+    finished_at = CASE WHEN d.next_state IN ('cancelled', 'failed') THEN clock_timestamp() END,
+    last_error_category = CASE WHEN d.next_state = 'outcome_unknown' THEN 'outcome_unknown'
+                               ELSE 'retryable' END::error_category,
     last_error_message = CASE
-        WHEN j.cancel_requested THEN 'cancelled; the lease expired before the worker confirmed'
+        WHEN d.next_state = 'cancelled' THEN 'cancelled; the lease expired before the worker confirmed'
+        WHEN d.next_state = 'outcome_unknown'
+            THEN 'lease expired after an unconfirmed external call (step ' || d.unconfirmed_step || ')'
         WHEN j.attempts >= j.max_attempts THEN 'lease expired on the final attempt'
-        WHEN j.deadline IS NOT NULL AND j.deadline <= d.retry_at THEN 'deadline'
+        WHEN d.next_state = 'failed' THEN 'deadline'
         ELSE 'lease expired' END,
     lease_owner = NULL,
     lease_expires_at = NULL,
@@ -216,24 +257,80 @@ WHERE j.job_id = d.job_id
 RETURNING j.job_id, j.tenant, j.kind, j.state, j.run_after, j.attempts, j.fencing_token;
 
 -- name: job_release
--- Fenced hand-back of a claimed job; an attempt whose handler never started is not counted.
-UPDATE jobs
-SET state = CASE
-        WHEN cancel_requested THEN 'cancelled'
-        WHEN %(started)s AND attempts >= max_attempts THEN 'failed'
-        ELSE 'pending' END::job_state,
-    attempts = CASE WHEN %(started)s THEN attempts ELSE attempts - 1 END,
+-- Fenced hand-back of a claimed job; an attempt whose handler never started is not counted, and one
+-- interrupted after an unconfirmed external call needs a decision (OUTCOME_UNKNOWN).
+WITH current AS (
+    SELECT j.job_id,
+           CASE
+               WHEN j.cancel_requested THEN 'cancelled'
+               WHEN %(started)s AND EXISTS (
+                   SELECT 1 FROM job_receipts AS r
+                   WHERE r.job_id = j.job_id AND r.attempt = j.attempts AND r.confirmed_at IS NULL)
+                   THEN 'outcome_unknown'
+               WHEN %(started)s AND j.attempts >= j.max_attempts THEN 'failed'
+               ELSE 'pending'
+           END::job_state AS next_state
+    FROM jobs AS j
+    WHERE j.job_id = %(job_id)s::uuid AND j.fencing_token = %(fencing_token)s AND j.state = 'running'
+    FOR UPDATE
+)
+UPDATE jobs AS j
+SET state = c.next_state,
+    attempts = CASE WHEN %(started)s THEN j.attempts ELSE j.attempts - 1 END,
     run_after = clock_timestamp(),
-    finished_at = CASE WHEN cancel_requested OR (%(started)s AND attempts >= max_attempts)
-                       THEN clock_timestamp() END,
-    last_error_category = CASE WHEN %(started)s AND attempts >= max_attempts
-                               THEN 'retryable'::error_category ELSE last_error_category END,
-    last_error_message = CASE WHEN %(started)s AND attempts >= max_attempts
-                              THEN 'interrupted on the final attempt: ' || %(reason)s
-                              ELSE last_error_message END,
+    finished_at = CASE WHEN c.next_state IN ('cancelled', 'failed') THEN clock_timestamp() END,
+    last_error_category = CASE
+        WHEN c.next_state = 'outcome_unknown' THEN 'outcome_unknown'::error_category
+        WHEN c.next_state = 'failed' THEN 'retryable'::error_category
+        ELSE j.last_error_category END,
+    last_error_message = CASE
+        WHEN c.next_state = 'outcome_unknown' THEN 'interrupted after an unconfirmed external call: ' || %(reason)s
+        WHEN c.next_state = 'failed' THEN 'interrupted on the final attempt: ' || %(reason)s
+        ELSE j.last_error_message END,
     lease_owner = NULL,
     lease_expires_at = NULL,
     transition_actor = 'worker:' || %(worker_id)s,
     transition_reason = 'released: ' || %(reason)s
-WHERE job_id = %(job_id)s::uuid AND fencing_token = %(fencing_token)s AND state = 'running'
-RETURNING job_id, tenant, kind, state, attempts, fencing_token;
+FROM current AS c
+WHERE j.job_id = c.job_id
+RETURNING j.job_id, j.tenant, j.kind, j.state, j.attempts, j.fencing_token;
+
+-- name: job_cancel
+-- Cancels one tenant's unfinished job: at once unless running, where it asks the worker to stop.
+UPDATE jobs
+SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
+    cancel_requested = true,
+    finished_at = CASE WHEN state = 'running' THEN finished_at ELSE clock_timestamp() END,
+    transition_actor = %(actor)s,
+    transition_reason = CASE WHEN state = 'running' THEN 'cancel requested' ELSE 'cancelled' END
+                        || CASE WHEN %(reason)s = '' THEN '' ELSE ': ' || %(reason)s END
+WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid
+  AND state IN ('pending', 'blocked', 'retry_wait', 'running', 'outcome_unknown')
+RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
+          finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
+          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
+
+-- name: job_lock_for_retry
+-- One tenant's job with what a manual retry must check, locked until the retry commits.
+SELECT j.job_id, j.state, j.resource_key, j.resource_version, j.depends_on,
+       (SELECT h.latest_version FROM resource_heads AS h
+        WHERE h.tenant = j.tenant AND h.resource_key = j.resource_key) AS latest_version
+FROM jobs AS j
+WHERE j.tenant = %(tenant)s AND j.job_id = %(job_id)s::uuid
+FOR UPDATE;
+
+-- name: job_retry
+-- Reopens a FAILED, CANCELLED or OUTCOME_UNKNOWN job with a fresh attempt budget; the token keeps rising.
+UPDATE jobs
+SET state = %(next_state)s::job_state,
+    max_attempts = attempts + retry_budget,
+    run_after = clock_timestamp(),
+    finished_at = NULL,
+    cancel_requested = false,
+    deadline = CASE WHEN deadline <= clock_timestamp() THEN NULL ELSE deadline END,
+    transition_actor = %(actor)s,
+    transition_reason = %(reason)s
+WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid AND state = %(expected_state)s::job_state
+RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
+          finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
+          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;

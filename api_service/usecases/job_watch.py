@@ -1,0 +1,81 @@
+"""WatchJob: a job's transitions as they happen, from the recorded history, without holding a
+database connection between reads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from typing import Protocol
+
+from shared.domain.errors import FieldViolation, InvalidArgument, NotFound
+from shared.domain.ids import JobId, TenantId
+from shared.domain.jobs import Job, JobEvent
+from shared.domain.submission_rules import check_job_id
+from shared.storage import job_store
+from shared.storage.database import Database
+
+EVENTS_PER_READ = 100
+# Re-read even without a notification, in case one was lost with a dropped LISTEN connection.
+RECHECK_SECONDS_DEFAULT = 15.0
+
+
+class ChangeSignals(Protocol):
+    def subscribe(self, job_id: JobId) -> AbstractContextManager[asyncio.Event]: ...
+
+
+def job_at(job: Job, event: JobEvent) -> Job:
+    """The job as of one transition: state, sequence, attempt and token are the event's; the other
+    fields are the job's current values."""
+    return replace(
+        job, state=event.to_state, sequence=event.sequence, attempts=event.attempt, fencing_token=event.fencing_token
+    )
+
+
+class JobWatch:
+    def __init__(self, db: Database, signals: ChangeSignals, recheck_seconds: float = RECHECK_SECONDS_DEFAULT):
+        self._db = db
+        self._signals = signals
+        self._recheck_seconds = recheck_seconds
+
+    async def watch(self, tenant: TenantId, job_id: JobId, after_sequence: int) -> AsyncIterator[Job]:
+        """From `after_sequence` on (0: the current state first); ends once the job's latest state is
+        terminal and has been sent."""
+        check_job_id(job_id)
+        if after_sequence < 0:
+            raise InvalidArgument(FieldViolation("after_sequence", "must not be negative"))
+        with self._signals.subscribe(job_id) as changed:
+            job = await self._current(tenant, job_id)
+            last = after_sequence
+            if after_sequence == 0:
+                yield job
+                last = job.sequence
+            while not (job.state.is_terminal and last >= job.sequence):
+                changed.clear()
+                events, job = await self._events_after(tenant, job_id, last)
+                for event in events:
+                    yield job_at(job, event)
+                    last = event.sequence
+                if len(events) == EVENTS_PER_READ or (job.state.is_terminal and last >= job.sequence):
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), self._recheck_seconds)
+
+    async def _current(self, tenant: TenantId, job_id: JobId) -> Job:
+        async with self._db.transaction() as conn:
+            job = await job_store.get_job(conn, tenant, job_id)
+        if job is None:
+            raise NotFound()
+        return job
+
+    async def _events_after(self, tenant: TenantId, job_id: JobId, sequence: int) -> tuple[list[JobEvent], Job]:
+        async with self._db.transaction() as conn:
+            job = await job_store.get_job(conn, tenant, job_id)
+            events = await job_store.list_events(
+                conn, tenant, job_id, after_sequence=sequence, limit=EVENTS_PER_READ
+            )
+        if job is None:
+            raise NotFound()
+        return [e for e in events if e.sequence <= job.sequence], job

@@ -1,0 +1,93 @@
+"""A tenant's decisions about a job: cancel it, or run it again."""
+
+from __future__ import annotations
+
+from shared.domain.errors import FailedPrecondition, NotFound, ViolationCollector
+from shared.domain.ids import JobId, TenantId
+from shared.domain.jobs import Job, JobState
+from shared.domain.submission_rules import check_job_id, check_text
+from shared.storage import job_store
+from shared.storage.database import Database
+
+REASON_MAX_CHARS = 500
+_RETRYABLE_STATES = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.OUTCOME_UNKNOWN})
+_ENDED_BADLY = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.SUPERSEDED})
+
+
+def _check_reason(reason: str) -> None:
+    violations = ViolationCollector()
+    check_text(violations, "reason", reason, REASON_MAX_CHARS)
+    violations.raise_if_any()
+
+
+class JobLifecycle:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def cancel(self, tenant: TenantId, actor: str, job_id: JobId, reason: str) -> Job:
+        """Waiting jobs end CANCELLED at once; a running one gets cancel_requested and ends CANCELLED
+        when its worker stops (or its lease expires)."""
+        check_job_id(job_id)
+        _check_reason(reason)
+        async with self._db.transaction() as conn:
+            job = await job_store.cancel(conn, tenant=tenant, job_id=job_id, actor=actor, reason=reason)
+            if job is not None:
+                return job
+            current = await job_store.get_job(conn, tenant, job_id)
+        if current is None:
+            raise NotFound()
+        raise FailedPrecondition(
+            f"the job already ended: it is {current.state.value}",
+            reason="JOB_ALREADY_ENDED", metadata={"state": current.state.value},
+        )
+
+    async def retry(
+        self, tenant: TenantId, actor: str, job_id: JobId, reason: str, *, accept_duplicate_risk: bool
+    ) -> Job:
+        """Reopens a FAILED, CANCELLED or OUTCOME_UNKNOWN job with a fresh attempt budget, recording
+        who and why. The fencing token keeps rising: the next claim gets a token never used before."""
+        check_job_id(job_id)
+        _check_reason(reason)
+        async with self._db.transaction() as conn:
+            candidate = await job_store.lock_for_retry(conn, tenant, job_id)
+            if candidate is None:
+                raise NotFound()
+            _check_retryable(candidate, accept_duplicate_risk)
+            next_state = JobState.PENDING
+            if candidate.depends_on:
+                states = await job_store.dependency_states(conn, tenant, candidate.depends_on)
+                for dep in candidate.depends_on:
+                    if states.get(dep) in _ENDED_BADLY:
+                        raise FailedPrecondition(
+                            f"dependency {dep} ended {states[dep].value}; retry it first",
+                            reason="DEPENDENCY_FAILED", metadata={"dependency": dep},
+                        )
+                if any(states.get(dep) is not JobState.SUCCEEDED for dep in candidate.depends_on):
+                    next_state = JobState.BLOCKED
+            note = f"manual retry by {actor}" + (f": {reason}" if reason else "")
+            if candidate.state is JobState.OUTCOME_UNKNOWN:
+                note += " (duplicate risk accepted)"
+            job = await job_store.reopen(
+                conn, tenant=tenant, job_id=job_id, expected=candidate.state, next_state=next_state,
+                actor=actor, reason=note,
+            )
+        assert job is not None  # the row is locked and was checked above
+        return job
+
+
+def _check_retryable(candidate: job_store.RetryCandidate, accept_duplicate_risk: bool) -> None:
+    if candidate.state not in _RETRYABLE_STATES:
+        raise FailedPrecondition(
+            f"only FAILED, CANCELLED or OUTCOME_UNKNOWN jobs can be retried; this one is {candidate.state.value}",
+            reason="NOT_RETRYABLE", metadata={"state": candidate.state.value},
+        )
+    if candidate.state is JobState.OUTCOME_UNKNOWN and not accept_duplicate_risk:
+        raise FailedPrecondition(
+            "the earlier attempt's external effect may have happened; set accept_duplicate_risk to run it again",
+            reason="DUPLICATE_RISK_NOT_ACCEPTED",
+        )
+    if candidate.latest_version is not None and (candidate.resource_version or 0) < candidate.latest_version:
+        raise FailedPrecondition(
+            f"version {candidate.latest_version} of this resource was submitted since; its result would be stale",
+            reason="NEWER_VERSION_EXISTS", metadata={"latest_version": str(candidate.latest_version)},
+        )

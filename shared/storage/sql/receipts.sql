@@ -1,0 +1,29 @@
+-- Statements on job_receipts: intents and confirmations of external calls, fenced by the lease.
+
+-- name: receipt_record_intent
+-- Records that the current attempt is about to make an external call; no row when the lease is gone.
+INSERT INTO job_receipts (job_id, attempt, step, fencing_token, intent)
+SELECT job_id, attempts, %(step)s, fencing_token, %(intent)s
+FROM jobs
+WHERE job_id = %(job_id)s::uuid AND fencing_token = %(fencing_token)s AND state = 'running'
+ON CONFLICT (job_id, attempt, step) DO UPDATE
+    SET intent = EXCLUDED.intent, recorded_at = clock_timestamp()
+    WHERE job_receipts.confirmed_at IS NULL AND job_receipts.fencing_token = EXCLUDED.fencing_token
+RETURNING job_id;
+
+-- name: receipt_confirm
+-- Records the external call's confirmation for the current attempt; no row when the lease is gone.
+UPDATE job_receipts AS r
+SET receipt = %(receipt)s, confirmed_at = clock_timestamp()
+FROM jobs AS j
+WHERE j.job_id = %(job_id)s::uuid AND j.fencing_token = %(fencing_token)s AND j.state = 'running'
+  AND r.job_id = j.job_id AND r.attempt = j.attempts AND r.fencing_token = j.fencing_token
+  AND r.step = %(step)s
+RETURNING r.job_id;
+
+-- name: receipt_list
+-- Every receipt of a job, for an attempt that reconciles with what earlier attempts did.
+SELECT attempt, step, fencing_token, intent, receipt, recorded_at, confirmed_at
+FROM job_receipts
+WHERE job_id = %(job_id)s::uuid
+ORDER BY attempt, recorded_at;
