@@ -109,21 +109,24 @@ RETURNING j.job_id, j.tenant, j.kind, j.payload, j.attempts, j.max_attempts, j.f
 
 -- name: job_rescue_expired
 -- Ends leases that ran out: retry after a backoff, or FAILED / CANCELLED when no attempt may follow.
+-- Decisions read the rows as locked (like job_fail): a cancel committed after this statement's snapshot
+-- was taken is only in the locked version.
 WITH expired AS (
-    SELECT job_id
+    SELECT job_id, cancel_requested, attempts, max_attempts, deadline, backoff_base_seconds,
+           backoff_cap_seconds
     FROM jobs
     WHERE state = 'running' AND lease_expires_at < clock_timestamp()
     ORDER BY lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), timed AS (
-    SELECT j.job_id, j.cancel_requested, j.attempts, j.max_attempts, j.deadline,
-           clock_timestamp() + make_interval(secs => random() * least(j.backoff_cap_seconds,
-               j.backoff_base_seconds * power(2, greatest(j.attempts - 1, 0)))) AS retry_at,
+    SELECT e.job_id, e.cancel_requested, e.attempts, e.max_attempts, e.deadline,
+           clock_timestamp() + make_interval(secs => random() * least(e.backoff_cap_seconds,
+               e.backoff_base_seconds * power(2, greatest(e.attempts - 1, 0)))) AS retry_at,
            (SELECT r.step FROM job_receipts AS r
-            WHERE r.job_id = j.job_id AND r.attempt = j.attempts AND r.confirmed_at IS NULL
+            WHERE r.job_id = e.job_id AND r.attempt = e.attempts AND r.confirmed_at IS NULL
             LIMIT 1) AS unconfirmed_step
-    FROM jobs AS j JOIN expired USING (job_id)
+    FROM expired AS e
 ), decided AS (
     SELECT job_id, retry_at, unconfirmed_step,
            CASE
