@@ -16,6 +16,7 @@ from shared.storage import job_store
 from shared.storage.database import Database
 
 TENANT_DEFAULT = TenantId("tenant-a")
+ACTOR_DEFAULT = f"tenant:{TENANT_DEFAULT}"
 KIND_DEFAULT = "echo"
 WORKER_ID_DEFAULT = "worker-1"
 LEASE_SECONDS_DEFAULT = 30.0

@@ -6,14 +6,21 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from api_service.usecases.lifecycle import JobLifecycle
+from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
+from shared.domain.errors import JobCancelled
 from shared.domain.jobs import Completion, ErrorCategory, JobError, LeaseRef
+from shared.domain.submission_rules import SubmissionLimits
+from shared.handlers.loader import load_registry
 from shared.storage import job_store
 from tests import factories
 
 pytestmark = pytest.mark.timeout(30)
 
 WORKER = "worker-1"
+TENANT = factories.TENANT_DEFAULT
+ACTOR = factories.ACTOR_DEFAULT
 
 
 class IgnoredRejections:
@@ -103,3 +110,37 @@ async def test_a_heartbeat_is_not_a_transition(db, sync_db, reports):
     await reports.heartbeat([LeaseRef(claimed.job_id, claimed.fencing_token)], extend_by_seconds=60)
 
     assert events_of(sync_db, claimed.job_id) == before
+
+
+async def test_cancel_and_manual_retry_record_who_and_why(db, sync_db, reports):
+    lifecycle = JobLifecycle(db)
+    claimed = await factories.insert_and_claim(db)
+    await lifecycle.cancel(TENANT, ACTOR, claimed.job_id, "wrong input")
+    with pytest.raises(JobCancelled):
+        await reports.complete(WORKER, Completion(claimed.job_id, claimed.fencing_token, b"late"))
+    await lifecycle.retry(TENANT, ACTOR, claimed.job_id, "input fixed", accept_duplicate_risk=False)
+    again = await factories.claim_one(db)
+
+    assert [event[:7] for event in events_of(sync_db, claimed.job_id)][2:] == [
+        (3, "running", "running", 1, 1, ACTOR, "cancel requested: wrong input"),
+        (4, "running", "cancelled", 1, 1, "worker:worker-1", "cancelled; result discarded"),
+        (5, "cancelled", "pending", 1, 1, ACTOR, f"manual retry by {ACTOR}: input fixed"),
+        (6, "pending", "running", 2, 2, "worker:worker-1", "claimed"),
+    ]
+    assert again.fencing_token == 2
+
+
+async def test_a_superseded_version_records_the_version_that_replaced_it(db, sync_db):
+    service = SubmissionService(db, load_registry(()), SubmissionLimits())
+    old = await service.submit(TENANT, ACTOR, factories.new_job(resource_key="doc", resource_version=1))
+    await service.submit(TENANT, ACTOR, factories.new_job(resource_key="doc", resource_version=2))
+
+    assert events_of(sync_db, old.job.job_id)[-1][:7] == (
+        2,
+        "pending",
+        "superseded",
+        0,
+        0,
+        ACTOR,
+        "superseded by version 2",
+    )

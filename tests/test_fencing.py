@@ -10,6 +10,8 @@ from datetime import datetime
 import psycopg
 import pytest
 
+from api_service.usecases.lifecycle import JobLifecycle
+from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
 from shared.domain.errors import FailedPrecondition, InvalidArgument, JobCancelled, JobSuperseded, LeaseLost
 from shared.domain.ids import FencingToken
@@ -22,6 +24,8 @@ from shared.domain.jobs import (
     LeaseRef,
     ReportOutcome,
 )
+from shared.domain.submission_rules import SubmissionLimits
+from shared.handlers.loader import load_registry
 from shared.storage.database import Database
 from tests import factories
 from tests.conditions import wait_until
@@ -29,6 +33,8 @@ from tests.conditions import wait_until
 pytestmark = pytest.mark.timeout(30)
 
 WORKER_ID = "worker-1"
+TENANT = factories.TENANT_DEFAULT
+ACTOR = factories.ACTOR_DEFAULT
 
 
 class CountingRejections:
@@ -84,14 +90,20 @@ async def _finished_job(db: Database) -> LeaseRef:
 
 
 async def _cancelled_job(db: Database) -> LeaseRef:
+    """Cancelled while running; the worker never confirmed, so the expired lease ended it CANCELLED."""
     claimed = await factories.insert_and_claim(db)
-    await factories.set_state(db, claimed.job_id, JobState.CANCELLED, cancel_requested=True)
+    await JobLifecycle(db).cancel(TENANT, ACTOR, claimed.job_id, "not needed")
+    await factories.expire_lease(db, claimed.job_id)
+    await factories.rescue_expired(db)
     return lease_of(claimed)
 
 
 async def _superseded_job(db: Database) -> LeaseRef:
-    claimed = await factories.insert_and_claim(db)
-    await factories.set_state(db, claimed.job_id, JobState.SUPERSEDED)
+    """Running when a newer version of its resource was submitted."""
+    service = SubmissionService(db, load_registry(()), SubmissionLimits())
+    await service.submit(TENANT, ACTOR, factories.new_job(resource_key="doc", resource_version=1))
+    claimed = await factories.claim_one(db)
+    await service.submit(TENANT, ACTOR, factories.new_job(resource_key="doc", resource_version=2))
     return lease_of(claimed)
 
 
