@@ -35,6 +35,8 @@ _OWN_NAME = re.compile(rf"^{DATABASE_NAME_PREFIX}_{_HOST_TAG}_(\d+)_")
 # ~75 ms, FILE_COPY in ~140 ms; FILE_COPY's two checkpoints cost more than WAL-logging a tiny template.
 CLONE_STRATEGY = "WAL_LOG"
 POOL_MAX_SIZE_DEFAULT = 10
+# Lets a test find the pool's backends in pg_stat_activity (to wait until one is blocked on a lock).
+POOL_APPLICATION_NAME = "jobs-tests"
 # The tables whose full contents `SyncProbe.snapshot` compares, each in a stable order.
 SNAPSHOT_QUERIES = {
     "jobs": "SELECT * FROM jobs ORDER BY job_id",
@@ -178,7 +180,7 @@ def empty_database_url(test_databases: TestDatabases) -> Iterator[str]:
 async def db(database_url: str) -> AsyncIterator[Database]:
     """The storage layer's pool, opened on the test's database."""
     database = await Database.open(
-        PoolSettings(database_url, min_size=1, max_size=POOL_MAX_SIZE_DEFAULT, application_name="jobs-tests"),
+        PoolSettings(database_url, min_size=1, max_size=POOL_MAX_SIZE_DEFAULT, application_name=POOL_APPLICATION_NAME),
         wait=True,
     )
     try:

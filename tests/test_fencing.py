@@ -29,6 +29,7 @@ from shared.handlers.loader import load_registry
 from shared.storage.database import Database
 from tests import factories
 from tests.conditions import wait_until
+from tests.db_fixtures import POOL_APPLICATION_NAME
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -366,26 +367,31 @@ async def test_a_report_with_a_malformed_lease_is_invalid(db, sync_db, reports):
     assert sync_db.snapshot() == before
 
 
-async def test_a_failure_racing_a_cancel_request_honours_the_cancel(db, database_url, sync_db, reports):
+@pytest.mark.parametrize("report", REPORTS)
+async def test_a_report_racing_a_cancel_request_honours_the_cancel(db, database_url, sync_db, reports, report):
     claimed = await factories.insert_and_claim(db)
     with psycopg.connect(database_url) as canceller:
         canceller.execute("UPDATE jobs SET cancel_requested = true WHERE job_id = %s", (claimed.job_id,))
-        failing = asyncio.create_task(
-            reports.fail(WORKER_ID, lease_of(claimed), JobError(ErrorCategory.RETRYABLE, "boom"))
-        )
-        # The failure's statement has started (its snapshot predates the cancel) and waits on the row lock.
-        await wait_until(lambda: _waiting_on_a_lock(sync_db), what="the failure to block on the row")
+        reporting = asyncio.create_task(REPORTS[report](reports, lease_of(claimed)))
+        # The report's statement has started (its snapshot predates the cancel) and waits on the row lock.
+        await wait_until(lambda: _waiting_on_a_lock(sync_db), what="the report to block on the row")
         canceller.commit()
-        outcome = await failing
+        outcome = (await asyncio.gather(reporting, return_exceptions=True))[0]
 
-    assert outcome.state is JobState.CANCELLED
+    # CompleteJob refuses with JOB_CANCELLED; FailJob and ReleaseJob answer with the CANCELLED state.
+    if report == "complete":
+        assert isinstance(outcome, JobCancelled)
+    else:
+        assert getattr(outcome, "state", outcome) is JobState.CANCELLED
     assert sync_db.job(claimed.job_id)["state"] == "cancelled"
+    assert sync_db.rows("SELECT * FROM job_results") == []
 
 
 def _waiting_on_a_lock(sync_db) -> bool:
     return bool(
         sync_db.rows(
-            "SELECT 1 FROM pg_stat_activity"
-            " WHERE datname = current_database() AND application_name = 'jobs-tests' AND wait_event_type = 'Lock'"
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = %s AND wait_event_type = 'Lock'",
+            (POOL_APPLICATION_NAME,),
         )
     )
