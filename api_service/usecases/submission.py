@@ -3,17 +3,21 @@ Answers only after COMMIT."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
+from api_service.usecases.group_commit import GroupCommitter
 from shared.domain.errors import AlreadyExists, FieldViolation, InvalidArgument, Unavailable
 from shared.domain.idempotency import request_digest
-from shared.domain.ids import TenantId
+from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import ErrorCategory, Job, JobError, JobState, NewJob, SubmitOutcome
 from shared.domain.submission_rules import SubmissionLimits, validate_new_job
 from shared.handlers.api import HandlerRegistry
+from shared.json_logging import job_fields
 from shared.storage import job_store
 from shared.storage.database import Connection, Database
 
+log = logging.getLogger(__name__)
 _ENDED_BADLY = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.SUPERSEDED})
 
 
@@ -22,11 +26,14 @@ class SubmissionService:
         self._db = db
         self._registry = registry
         self._limits = limits
+        self._group: GroupCommitter[tuple[SubmitOutcome, list[JobId]]] = GroupCommitter(db)
 
     async def submit(self, tenant: TenantId, actor: str, job: NewJob) -> SubmitOutcome:
+        """Shares a transaction with concurrent submissions (group commit); answers after COMMIT."""
         validate_new_job(job, limits=self._limits, known_kinds=self._registry.kinds())
-        async with self._db.transaction() as conn:
-            return await self._submit_one(conn, tenant, actor, job, "")
+        outcome, superseded = await self._group.run(lambda conn: self._submit_one(conn, tenant, actor, job, ""))
+        _log_committed(actor, [(outcome, superseded)])
+        return outcome
 
     async def submit_many(self, tenant: TenantId, actor: str, jobs: Sequence[NewJob]) -> list[SubmitOutcome]:
         """All or nothing: any invalid item or reused key rejects the batch and writes nothing."""
@@ -38,20 +45,37 @@ class SubmissionService:
             validate_new_job(
                 job, limits=self._limits, known_kinds=self._registry.kinds(), prefix=f"jobs[{index}]."
             )
+        plain = [i for i, job in enumerate(jobs) if _is_plain(job)]
+        submitted: dict[int, tuple[SubmitOutcome, list[JobId]]] = {}
         async with self._db.transaction() as conn:
-            return [
-                await self._submit_one(conn, tenant, actor, job, f"jobs[{index}].")
-                for index, job in enumerate(jobs)
-            ]
+            if plain:
+                inserted = await job_store.insert_many(
+                    conn, tenant, actor, [self._plain_insert(jobs[i]) for i in plain]
+                )
+                submitted.update((i, (SubmitOutcome(job, True), [])) for i, job in zip(plain, inserted, strict=True))
+            for index, job in enumerate(jobs):
+                if index not in submitted:
+                    submitted[index] = await self._submit_one(conn, tenant, actor, job, f"jobs[{index}].")
+        ordered = [submitted[i] for i in range(len(jobs))]
+        _log_committed(actor, ordered)
+        return [outcome for outcome, _ in ordered]
+
+    def _plain_insert(self, job: NewJob) -> job_store.PlainInsert:
+        spec = self._registry.get(job.kind)
+        assert spec is not None  # validation admitted only registered kinds
+        return job_store.PlainInsert(
+            job, job.max_attempts or spec.max_attempts, spec.backoff_base_seconds, spec.backoff_cap_seconds
+        )
 
     async def _submit_one(
         self, conn: Connection, tenant: TenantId, actor: str, job: NewJob, prefix: str
-    ) -> SubmitOutcome:
+    ) -> tuple[SubmitOutcome, list[JobId]]:
+        """The outcome, and the older versions' jobs that this submission superseded."""
         digest = request_digest(job) if job.idempotency_key is not None else None
         if job.idempotency_key is not None:
             existing = await job_store.get_by_idempotency_key(conn, tenant, job.idempotency_key)
             if existing is not None:
-                return _replay(*existing, digest)
+                return _replay(*existing, digest), []
         spec = self._registry.get(job.kind)
         assert spec is not None  # validation admitted only registered kinds
         state, error, reason = JobState.PENDING, None, "submitted"
@@ -81,13 +105,37 @@ class SubmissionService:
             existing = await job_store.get_by_idempotency_key(conn, tenant, job.idempotency_key)
             if existing is None:
                 raise Unavailable("the idempotency key is being reused concurrently; try again")
-            return _replay(*existing, digest)
+            return _replay(*existing, digest), []
+        superseded: list[JobId] = []
         if job.resource_key and (job.resource_version or 0) > latest_version:
-            await job_store.advance_resource(
+            superseded = await job_store.advance_resource(
                 conn, tenant=tenant, resource_key=job.resource_key,
                 resource_version=job.resource_version or 0, actor=actor,
             )
-        return SubmitOutcome(created, True)
+        return SubmitOutcome(created, True), superseded
+
+
+def _log_committed(actor: str, submitted: Sequence[tuple[SubmitOutcome, list[JobId]]]) -> None:
+    """After COMMIT only: a line for every job this call created or ended."""
+    for outcome, superseded in submitted:
+        job = outcome.job
+        if not outcome.created:
+            log.debug("submission replayed", extra=job_fields(job, actor=actor))
+            continue
+        log.info("job submitted", extra=job_fields(job, actor=actor))
+        for old_job_id in superseded:
+            log.info(
+                "job superseded by version %s", job.resource_version,
+                extra={"job_id": old_job_id, "tenant": job.tenant, "state": JobState.SUPERSEDED.value,
+                       "actor": actor},
+            )
+
+
+def _is_plain(job: NewJob) -> bool:
+    """Needs no lookups before its insert, so a batch can insert many in one statement."""
+    return (
+        job.idempotency_key is None and not job.resource_key and not job.depends_on and not job.dedupe_by_input
+    )
 
 
 def _replay(existing: Job, existing_digest: bytes | None, digest: bytes | None) -> SubmitOutcome:

@@ -6,8 +6,10 @@ _jobs = load_sql_blocks("jobs.sql")
 _results = load_sql_blocks("results.sql")
 _events = load_sql_blocks("events.sql")
 _receipts = load_sql_blocks("receipts.sql")
+_metrics = load_sql_blocks("metrics.sql")
 
 JOB_INSERT = _jobs.pop("job_insert")
+JOB_INSERT_MANY = _jobs.pop("job_insert_many")
 JOB_DEPENDENCY_STATES = _jobs.pop("job_dependency_states")
 RESOURCE_HEAD_LOCK = _jobs.pop("resource_head_lock")
 RESOURCE_HEAD_ADVANCE = _jobs.pop("resource_head_advance")
@@ -36,6 +38,9 @@ RECEIPT_RECORD_INTENT = _receipts.pop("receipt_record_intent")
 RECEIPT_CONFIRM = _receipts.pop("receipt_confirm")
 RECEIPT_LIST = _receipts.pop("receipt_list")
 
-_unused = sorted(_jobs) + sorted(_results) + sorted(_events) + sorted(_receipts)
+METRICS_EXPORTER_LOCK_TRY = _metrics.pop("metrics_exporter_lock_try")
+METRICS_QUEUE_SNAPSHOT = _metrics.pop("metrics_queue_snapshot")
+
+_unused = sorted(_jobs) + sorted(_results) + sorted(_events) + sorted(_receipts) + sorted(_metrics)
 if _unused:
     raise RuntimeError(f"SQL blocks without a constant: {_unused}")

@@ -1,0 +1,93 @@
+"""Group commit and batched inserts: fewer transactions and statements, the same per-caller answers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from api_service.usecases.group_commit import GroupCommitter
+from api_service.usecases.submission import SubmissionService
+from shared.domain.errors import AlreadyExists, InvalidArgument
+from shared.domain.ids import TenantId
+from shared.domain.submission_rules import SubmissionLimits
+from shared.handlers.loader import load_registry
+from shared.storage.database import Database
+from tests import factories
+
+pytestmark = pytest.mark.timeout(30)
+
+TENANT = TenantId("tenant-a")
+ACTOR = "tenant:tenant-a"
+CONCURRENT_SUBMITS = 40
+
+
+@pytest.fixture
+def service(db: Database) -> SubmissionService:
+    return SubmissionService(db, load_registry(()), SubmissionLimits())
+
+
+def _transactions_that_inserted_jobs(sync_db) -> int:
+    # Rows written by one transaction share its xmin.
+    return sync_db.one("SELECT count(DISTINCT xmin::text) AS n FROM jobs")["n"]
+
+
+async def test_concurrent_submissions_share_transactions(service, sync_db):
+    outcomes = await asyncio.gather(
+        *(service.submit(TENANT, ACTOR, factories.new_job(payload=b"%d" % i)) for i in range(CONCURRENT_SUBMITS))
+    )
+
+    assert all(o.created for o in outcomes)
+    assert len({o.job.job_id for o in outcomes}) == CONCURRENT_SUBMITS
+    assert sync_db.one("SELECT count(*) AS n FROM jobs")["n"] == CONCURRENT_SUBMITS
+    assert _transactions_that_inserted_jobs(sync_db) < CONCURRENT_SUBMITS / 2
+
+
+async def test_one_callers_refusal_does_not_touch_the_others_in_its_group(service, sync_db):
+    await service.submit(TENANT, ACTOR, factories.new_job(idempotency_key="k", payload=b"first"))
+    calls = [service.submit(TENANT, ACTOR, factories.new_job(payload=b"%d" % i)) for i in range(10)]
+    calls.insert(5, service.submit(TENANT, ACTOR, factories.new_job(idempotency_key="k", payload=b"other")))
+
+    answers = await asyncio.gather(*calls, return_exceptions=True)
+
+    assert isinstance(answers[5], AlreadyExists)
+    assert all(not isinstance(a, Exception) and a.created for i, a in enumerate(answers) if i != 5)
+    assert sync_db.one("SELECT count(*) AS n FROM jobs")["n"] == 11
+
+
+async def test_a_failed_statement_rolls_back_the_group_and_each_item_runs_alone(db, sync_db):
+    committer: GroupCommitter[str] = GroupCommitter(db, flushers=1)
+
+    def insert(tag: str):
+        async def work(conn):
+            await conn.execute("CREATE TABLE IF NOT EXISTS group_probe (tag text)")
+            await conn.execute("INSERT INTO group_probe VALUES (%s)", (tag,))
+            if tag == "bad":
+                await conn.execute("SELECT 1 / 0")
+            return tag
+
+        return work
+
+    answers = await asyncio.gather(
+        *(committer.run(insert(tag)) for tag in ("a", "b", "bad", "c")), return_exceptions=True
+    )
+
+    assert answers[:2] + answers[3:] == ["a", "b", "c"]
+    assert isinstance(answers[2], InvalidArgument)
+    tags = sorted(r["tag"] for r in sync_db.rows("SELECT tag FROM group_probe"))
+    assert tags == ["a", "b", "c"]
+
+
+async def test_a_batch_mixes_plain_and_keyed_submissions_in_request_order(service, sync_db):
+    jobs = [factories.new_job(payload=b"%d" % i) for i in range(100)]
+    jobs.insert(50, factories.new_job(payload=b"keyed", idempotency_key="key-1"))
+
+    outcomes = await service.submit_many(TENANT, ACTOR, jobs)
+
+    assert [o.job.job_id for o in outcomes] == [
+        (await service.submit_many(TENANT, ACTOR, [jobs[50]]))[0].job.job_id if i == 50 else o.job.job_id
+        for i, o in enumerate(outcomes)
+    ]
+    stored = {r["job_id"]: bytes(r["payload"]) for r in sync_db.rows("SELECT job_id::text, payload FROM jobs")}
+    assert [stored[o.job.job_id] for o in outcomes] == [j.payload for j in jobs]
+    assert outcomes[50].job.idempotency_key == "key-1"
