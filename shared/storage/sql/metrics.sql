@@ -1,0 +1,24 @@
+-- Statements behind the API's queue gauges. Each block: a name line, a purpose line, one statement.
+
+-- name: metrics_exporter_lock_try
+-- Takes the session-level lock that makes this connection's process the one exporter of the queue gauges.
+SELECT pg_try_advisory_lock(%(lock_key)s) AS acquired;
+
+-- name: metrics_queue_snapshot
+-- Open jobs (and recent failures) per tenant, kind and state, with the wait of the oldest runnable one; each branch reads one partial index, so finished history costs nothing.
+SELECT tenant, kind, state::text AS state, count(*) AS jobs,
+       extract(epoch FROM statement_timestamp() - min(run_after)
+               FILTER (WHERE state IN ('pending', 'retry_wait') AND run_after <= statement_timestamp()))::float8
+           AS oldest_wait_seconds
+FROM (
+    SELECT tenant, kind, state, run_after FROM jobs WHERE state IN ('pending', 'retry_wait')
+    UNION ALL
+    SELECT tenant, kind, state, run_after FROM jobs WHERE state = 'running'
+    UNION ALL
+    SELECT tenant, kind, state, run_after FROM jobs WHERE state IN ('blocked', 'outcome_unknown')
+    UNION ALL
+    SELECT tenant, kind, state, run_after FROM jobs
+    WHERE state = 'failed'
+      AND finished_at >= statement_timestamp() - make_interval(secs => %(failed_window_seconds)s)
+) AS open_jobs
+GROUP BY tenant, kind, state;
