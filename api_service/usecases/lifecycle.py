@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+
 from shared.domain.errors import FailedPrecondition, NotFound, ViolationCollector
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Job, JobState
 from shared.domain.submission_rules import check_job_id, check_text
+from shared.json_logging import job_fields
 from shared.storage import job_store
 from shared.storage.database import Database
 
+log = logging.getLogger(__name__)
 REASON_MAX_CHARS = 500
 _RETRYABLE_STATES = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.OUTCOME_UNKNOWN})
 _ENDED_BADLY = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.SUPERSEDED})
@@ -31,9 +35,13 @@ class JobLifecycle:
         _check_reason(reason)
         async with self._db.transaction() as conn:
             job = await job_store.cancel(conn, tenant=tenant, job_id=job_id, actor=actor, reason=reason)
-            if job is not None:
-                return job
-            current = await job_store.get_job(conn, tenant, job_id)
+            current = None if job is not None else await job_store.get_job(conn, tenant, job_id)
+        if job is not None:
+            log.info(
+                "cancel requested" if job.state is JobState.RUNNING else "job cancelled",
+                extra=job_fields(job, actor=actor, reason=reason),
+            )
+            return job
         if current is None:
             raise NotFound()
         raise FailedPrecondition(
@@ -72,6 +80,7 @@ class JobLifecycle:
                 actor=actor, reason=note,
             )
         assert job is not None  # the row is locked and was checked above
+        log.info("job reopened by manual retry", extra=job_fields(job, actor=actor, reason=note))
         return job
 
 

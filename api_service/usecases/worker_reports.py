@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -26,6 +27,7 @@ from shared.domain.submission_rules import is_job_id
 from shared.storage import job_store
 from shared.storage.database import Database
 
+log = logging.getLogger(__name__)
 REPORT_BATCH_MAX = 1000
 ERROR_MESSAGE_MAX_CHARS = 4000
 LEASE_MIN_SECONDS = 1.0
@@ -71,10 +73,13 @@ class WorkerReports:
             statuses = await job_store.heartbeat(conn, leases, lease_seconds=extend_by_seconds)
         for status in statuses:
             if not status.held:
-                self._rejections.rejected(
+                outcome = (
                     ReportOutcome.JOB_CANCELLED if status.cancel_requested
                     else ReportOutcome.JOB_SUPERSEDED if status.superseded else ReportOutcome.LEASE_LOST
                 )
+                # Usual after a cancel or a newer version, so no warning: the worker stops the job.
+                lease = LeaseRef(status.job_id, status.fencing_token)
+                self._refused("heartbeat", lease, outcome, "", level=logging.INFO)
         return statuses
 
     async def complete_many(self, worker_id: str, completions: Sequence[Completion]) -> list[ReportOutcome]:
@@ -86,9 +91,9 @@ class WorkerReports:
             raise InvalidArgument(FieldViolation("completions", "must not name a job twice"))
         async with self._db.transaction() as conn:
             outcomes = await job_store.complete_batch(conn, worker_id=worker_id, completions=completions)
-        for outcome in outcomes:
+        for completion, outcome in zip(completions, outcomes, strict=True):
             if outcome is not ReportOutcome.ACCEPTED:
-                self._rejections.rejected(outcome)
+                self._refused("completion", LeaseRef(completion.job_id, completion.fencing_token), outcome, worker_id)
         return outcomes
 
     async def complete(self, worker_id: str, completion: Completion) -> JobState:
@@ -105,7 +110,7 @@ class WorkerReports:
                 conn, worker_id=worker_id, lease=lease, error=JobError(error.category, message)
             )
         if isinstance(outcome, ReportOutcome):
-            self._rejections.rejected(outcome)
+            self._refused("failure", lease, outcome, worker_id)
             raise _refusal(outcome)
         return outcome
 
@@ -117,6 +122,17 @@ class WorkerReports:
                 reason=reason[:200].replace("\x00", "") or "released",
             )
         if isinstance(outcome, ReportOutcome):
-            self._rejections.rejected(outcome)
+            self._refused("release", lease, outcome, worker_id)
             raise _refusal(outcome)
         return outcome
+
+    def _refused(
+        self, report: str, lease: LeaseRef, outcome: ReportOutcome, worker_id: str, *, level: int = logging.WARNING
+    ) -> None:
+        """Counts and logs a report the fencing check refused; it changed nothing, so it is no transition."""
+        self._rejections.rejected(outcome)
+        log.log(
+            level, "%s refused: %s", report, outcome.value,
+            extra={"job_id": lease.job_id, "fencing_token": lease.fencing_token, "reason": outcome.value,
+                   "worker_id": worker_id or None},
+        )
