@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from api_service.queue_gauges import QueueGaugeCollector
 from shared.domain.jobs import ReportOutcome
+from shared.pool_metrics import PoolStatsCollector
 
 RPC_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -50,3 +54,9 @@ class ApiMetrics:
         self.registry = CollectorRegistry()
         self.rpc = RpcMetrics(self.registry)
         self.reports = ReportMetrics(self.registry)
+        self.queue = QueueGaugeCollector()
+        self.registry.register(self.queue)
+
+    def watch_pool(self, stats: Callable[[], Mapping[str, int]]) -> None:
+        """Exports the connection pool's statistics, read from `stats` at scrape time."""
+        self.registry.register(PoolStatsCollector(stats))

@@ -17,6 +17,7 @@ from api_service.job_change_hub import JobChangeHub
 from api_service.job_servicer import JobServicer
 from api_service.metrics import ApiMetrics
 from api_service.principals import PrincipalDirectory
+from api_service.queue_gauges import QueueGaugeRefresher
 from api_service.settings import ApiSettings
 from api_service.usecases.job_queries import JobQueries
 from api_service.usecases.job_watch import JobWatch
@@ -27,6 +28,7 @@ from api_service.worker_servicer import WorkerServicer
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc, worker_pb2, worker_pb2_grpc
 from shared.handlers.loader import load_registry
 from shared.storage.database import Database, PoolSettings
+from shared.storage.queue_stats import ExporterSession
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ async def serve(settings: ApiSettings) -> None:
             application_name="jobs-api",
         )
     )
+    metrics.watch_pool(db.stats)
     server = grpc.aio.server(
         interceptors=[ServiceInterceptor(lambda: principals, metrics.rpc)],
         options=[
@@ -80,11 +83,13 @@ async def serve(settings: ApiSettings) -> None:
     port = server.add_insecure_port(settings.listen)
     if port == 0:
         raise OSError(f"cannot listen on {settings.listen}")
+    background = []
     if settings.metrics_listen:
         host, metrics_port = split_host_port(settings.metrics_listen)
         start_http_server(metrics_port, addr=host, registry=metrics.registry)
+        background.append(asyncio.create_task(_queue_gauge_refresher(settings, metrics).run()))
     await server.start()
-    background = [
+    background += [
         asyncio.create_task(HealthMonitor(health_servicer, db, settings.health_interval_seconds).run()),
         asyncio.create_task(hub.run()),
     ]
@@ -98,6 +103,16 @@ async def serve(settings: ApiSettings) -> None:
     await server.stop(settings.shutdown_grace_seconds)
     await db.close()
     log.info("API stopped")
+
+
+def _queue_gauge_refresher(settings: ApiSettings, metrics: ApiMetrics) -> QueueGaugeRefresher:
+    return QueueGaugeRefresher(
+        ExporterSession(settings.database_url),
+        metrics.queue,
+        interval_seconds=settings.metrics_refresh_seconds,
+        failed_window_seconds=settings.metrics_failed_window_seconds,
+        tenant_limit=settings.metrics_tenant_limit,
+    )
 
 
 async def _wait_for_stop_signal() -> None:

@@ -6,8 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from api_service.queue_gauges import FAILED_WINDOW_SECONDS_DEFAULT, REFRESH_SECONDS_DEFAULT
 from shared.domain.submission_rules import PAYLOAD_LIMIT_BYTES_DEFAULT, SubmissionLimits
 from shared.env_settings import SettingsError, env_float, env_int, env_list, env_optional, env_str
+from shared.metric_labels import TENANT_LIMIT_DEFAULT
 
 API_LISTEN_DEFAULT = "127.0.0.1:50051"
 # gRPC messages carry at most a payload plus envelope; SubmitJobs batches get more room.
@@ -19,6 +21,11 @@ class ApiSettings:
     database_url: str
     listen: str
     metrics_listen: str | None
+    # The database gauges: how often they are read, how far back FAILED jobs count, how many tenants
+    # keep their names (the rest are "other").
+    metrics_refresh_seconds: float
+    metrics_failed_window_seconds: float
+    metrics_tenant_limit: int
     tokens_file: Path
     handler_modules: tuple[str, ...]
     limits: SubmissionLimits
@@ -42,6 +49,13 @@ class ApiSettings:
             database_url=env_str(env, "DATABASE_URL"),
             listen=env_str(env, "JOBS_API_LISTEN", API_LISTEN_DEFAULT),
             metrics_listen=env_optional(env, "JOBS_METRICS_LISTEN"),
+            metrics_refresh_seconds=env_float(
+                env, "JOBS_METRICS_REFRESH_SECONDS", REFRESH_SECONDS_DEFAULT, minimum=0.1
+            ),
+            metrics_failed_window_seconds=env_float(
+                env, "JOBS_METRICS_FAILED_WINDOW_SECONDS", FAILED_WINDOW_SECONDS_DEFAULT, minimum=1.0
+            ),
+            metrics_tenant_limit=env_int(env, "JOBS_METRICS_TENANT_LIMIT", TENANT_LIMIT_DEFAULT, minimum=1),
             tokens_file=tokens_file,
             handler_modules=env_list(env, "JOBS_HANDLER_MODULES"),
             limits=SubmissionLimits(

@@ -205,6 +205,8 @@ CREATE INDEX jobs_blocked_depends_on_idx ON public.jobs USING gin (depends_on) W
 
 CREATE UNIQUE INDEX jobs_idempotency_key_idx ON public.jobs USING btree (tenant, idempotency_key) WHERE (idempotency_key IS NOT NULL);
 
+CREATE INDEX jobs_queue_gauge_idx ON public.jobs USING btree (state, finished_at) WHERE (state = ANY (ARRAY['blocked'::public.job_state, 'failed'::public.job_state, 'outcome_unknown'::public.job_state]));
+
 CREATE INDEX jobs_runnable_idx ON public.jobs USING btree (priority DESC, run_after, job_id) WHERE (state = ANY (ARRAY['pending'::public.job_state, 'retry_wait'::public.job_state]));
 
 CREATE INDEX jobs_running_lease_idx ON public.jobs USING btree (lease_expires_at) WHERE (state = 'running'::public.job_state);

@@ -1,0 +1,182 @@
+"""The gauges read from the database: queue depth, oldest runnable wait, recent failures.
+
+One aggregate query runs every refresh interval on the event loop, never on the scrape thread, and only
+in the API replica that holds the exporter lock (a PostgreSQL session-level advisory lock), so the
+numbers are exported once however many replicas run. A scrape reads the latest published snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from shared.domain.errors import JobsError
+from shared.domain.jobs import JobState
+from shared.metric_labels import OTHER_TENANT_LABEL, top_tenants
+from shared.storage.queue_stats import ExporterSession, QueueRow
+
+log = logging.getLogger(__name__)
+REFRESH_SECONDS_DEFAULT = 10.0
+FAILED_WINDOW_SECONDS_DEFAULT = 3600.0
+
+
+@dataclass(frozen=True)
+class QueueSnapshot:
+    """One refresh's numbers, tenants already bounded. Replaced whole, so a label set that is gone
+    from the database is gone from the next scrape."""
+
+    depth: dict[tuple[str, str, str], int]  # (tenant, kind, state) -> jobs, open states only
+    oldest_wait_seconds: dict[tuple[str, str], float]  # (tenant, kind) -> seconds
+    recently_failed: dict[tuple[str, str], int]  # (tenant, kind) -> jobs that ended FAILED in the window
+
+
+def fold_snapshot(rows: Iterable[QueueRow], tenant_limit: int) -> QueueSnapshot:
+    """Names the `tenant_limit` tenants with the most jobs in this snapshot; the rest become "other"
+    (depths and failures summed, the oldest wait kept)."""
+    rows = list(rows)
+    volume: dict[str, int] = defaultdict(int)
+    for row in rows:
+        volume[row.tenant] += row.jobs
+    named = top_tenants(volume, tenant_limit)
+    depth: dict[tuple[str, str, str], int] = defaultdict(int)
+    failed: dict[tuple[str, str], int] = defaultdict(int)
+    oldest: dict[tuple[str, str], float] = {}
+    for row in rows:
+        tenant = row.tenant if row.tenant in named else OTHER_TENANT_LABEL
+        if row.state is JobState.FAILED:
+            failed[tenant, row.kind] += row.jobs
+            continue
+        depth[tenant, row.kind, row.state.value] += row.jobs
+        if row.state in (JobState.PENDING, JobState.RETRY_WAIT):
+            wait = max(row.oldest_wait_seconds or 0.0, 0.0)
+            oldest[tenant, row.kind] = max(oldest.get((tenant, row.kind), 0.0), wait)
+    return QueueSnapshot(dict(depth), oldest, dict(failed))
+
+
+@dataclass(frozen=True)
+class _Published:
+    snapshot: QueueSnapshot | None
+    # Monotonic time the snapshot was read (or the lock taken, before the first one succeeded).
+    as_of: float
+
+
+class QueueGaugeCollector(Collector):
+    """Yields the database gauges only while this replica is the exporter; jobs_metrics_exporter
+    (1 or 0) is always there, so every replica says whether it is the one."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._published: _Published | None = None
+
+    def publish(self, snapshot: QueueSnapshot | None, as_of: float) -> None:
+        self._published = _Published(snapshot, as_of)
+
+    def withdraw(self) -> None:
+        self._published = None
+
+    @property
+    def exporting(self) -> bool:
+        return self._published is not None
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(_families(QueueSnapshot({}, {}, {}), exporting=True, age=0.0))
+
+    def collect(self) -> Iterator[Metric]:
+        published = self._published  # one read: the refresher may swap it meanwhile
+        if published is None:
+            return iter(_families(None, exporting=False, age=0.0))
+        return iter(_families(published.snapshot, exporting=True, age=self._clock() - published.as_of))
+
+
+def _families(snapshot: QueueSnapshot | None, *, exporting: bool, age: float) -> list[Metric]:
+    exporter = GaugeMetricFamily(
+        "jobs_metrics_exporter", "1 in the one API replica that exports the database gauges, else 0.",
+        value=1 if exporting else 0,
+    )
+    if not exporting:
+        return [exporter]
+    depth = GaugeMetricFamily(
+        "jobs_queue_depth", "Open jobs by tenant, kind and state (pending, blocked, running, retry_wait, "
+        "outcome_unknown).", labels=["tenant", "kind", "state"],
+    )
+    oldest = GaugeMetricFamily(
+        "jobs_oldest_wait_seconds", "Age of the oldest runnable job (pending or retry_wait, run_after passed).",
+        labels=["tenant", "kind"],
+    )
+    failed = GaugeMetricFamily(
+        "jobs_recently_failed", "Jobs that ended FAILED within the failure window (JOBS_METRICS_FAILED_WINDOW_"
+        "SECONDS).", labels=["tenant", "kind"],
+    )
+    snapshot_age = GaugeMetricFamily(
+        "jobs_metrics_snapshot_age_seconds", "Time since the database gauges were last read.", value=max(age, 0.0)
+    )
+    if snapshot is not None:
+        for labels, value in sorted(snapshot.depth.items()):
+            depth.add_metric(list(labels), value)
+        for labels, value in sorted(snapshot.oldest_wait_seconds.items()):
+            oldest.add_metric(list(labels), value)
+        for labels, value in sorted(snapshot.recently_failed.items()):
+            failed.add_metric(list(labels), value)
+    return [exporter, depth, oldest, failed, snapshot_age]
+
+
+class QueueGaugeRefresher:
+    """Every interval: hold (or try to take) the exporter lock, then read and publish a snapshot.
+    Replicas without the lock keep trying, so one takes over within an interval of the holder's end."""
+
+    def __init__(
+        self,
+        session: ExporterSession,
+        collector: QueueGaugeCollector,
+        *,
+        interval_seconds: float,
+        failed_window_seconds: float,
+        tenant_limit: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._session = session
+        self._collector = collector
+        self._interval = interval_seconds
+        self._failed_window = failed_window_seconds
+        self._tenant_limit = tenant_limit
+        self._clock = clock
+
+    async def run(self) -> None:
+        """Refreshes until cancelled; closing the session on the way out hands the lock on."""
+        try:
+            while True:
+                try:
+                    await self.refresh_once()
+                except Exception:  # noqa: BLE001 - a bug here must not end the gauges for good
+                    log.exception("queue gauge refresh failed")
+                await asyncio.sleep(self._interval)
+        finally:
+            self._collector.withdraw()
+            await self._session.close()
+
+    async def refresh_once(self) -> None:
+        was_exporting = self._collector.exporting
+        try:
+            if not await self._session.try_hold():
+                self._collector.withdraw()
+                return
+            if not was_exporting:
+                log.info("this replica now exports the database gauges")
+                self._collector.publish(None, self._clock())
+            started = self._clock()
+            rows = await self._session.read_snapshot(failed_window_seconds=self._failed_window)
+            self._collector.publish(fold_snapshot(rows, self._tenant_limit), started)
+        except JobsError as exc:
+            if not self._session.holds_lock:
+                self._collector.withdraw()
+            # Still holding (a statement timeout): the old snapshot stays and its age keeps growing.
+            log.warning("queue gauges not refreshed: %s", exc.message)
+        if was_exporting and not self._collector.exporting:
+            log.warning("this replica no longer exports the database gauges")

@@ -1,0 +1,111 @@
+"""Reads for the queue gauges: one aggregate over open jobs, on a dedicated connection that may hold the
+exporter lock. Returns plain rows; database errors leave as domain errors."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.rows import dict_row
+
+from shared.domain.errors import DeadlineExceeded, Unavailable
+from shared.domain.jobs import JobState
+from shared.storage import queries
+from shared.storage.database import translate_db_errors
+
+# Session-level advisory lock held by the one API replica that exports the queue gauges; next to the
+# migrations' lock key (7_310_001) in the project's own range.
+METRICS_EXPORTER_LOCK_KEY = 7_310_002
+# The aggregate reads partial indexes and takes milliseconds; far longer means something is wrong, and
+# the next refresh should try again rather than pile up behind it.
+QUERY_TIMEOUT_SECONDS = 5.0
+# Server-side keepalives, so the lock of a replica whose host vanished is freed within about half a
+# minute instead of the operating system's two hours.
+_SESSION_OPTIONS = (
+    f"-c statement_timeout={int(QUERY_TIMEOUT_SECONDS * 1000)} "
+    "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=3"
+)
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """Jobs of one tenant, kind and state. FAILED rows count only the recent window."""
+
+    tenant: str
+    kind: str
+    state: JobState
+    jobs: int
+    # Age of the oldest runnable (pending or retry-wait, run_after passed) job; None when none is due.
+    oldest_wait_seconds: float | None
+
+
+class ExporterSession:
+    """One connection outside the pool. The exporter lock lives exactly as long as this connection,
+    so a replica that dies or loses its database hands the role over without any cleanup."""
+
+    def __init__(self, database_url: str, application_name: str = "jobs-api-metrics") -> None:
+        self._database_url = database_url
+        self._application_name = application_name
+        self._conn: psycopg.AsyncConnection[dict] | None = None
+        self._holds_lock = False
+
+    @property
+    def holds_lock(self) -> bool:
+        return self._holds_lock
+
+    async def try_hold(self) -> bool:
+        """Connects if needed and takes the lock if free; True while this session holds it."""
+        if self._holds_lock and self._conn is not None and not self._conn.closed:
+            return True
+        async with self._closing_on_error():
+            conn = await self._connection()
+            cur = await conn.execute(queries.METRICS_EXPORTER_LOCK_TRY, {"lock_key": METRICS_EXPORTER_LOCK_KEY})
+            row = await cur.fetchone()
+            self._holds_lock = bool(row and row["acquired"])
+        return self._holds_lock
+
+    async def read_snapshot(self, *, failed_window_seconds: float) -> list[QueueRow]:
+        """The aggregate, on the lock's own connection: if it fails because the connection broke, the
+        lock is known to be gone too."""
+        if not self._holds_lock or self._conn is None:
+            raise Unavailable("this session does not hold the exporter lock")
+        async with self._closing_on_error():
+            cur = await self._conn.execute(
+                queries.METRICS_QUEUE_SNAPSHOT, {"failed_window_seconds": failed_window_seconds}
+            )
+            rows = await cur.fetchall()
+        return [
+            QueueRow(r["tenant"], r["kind"], JobState(r["state"]), r["jobs"], r["oldest_wait_seconds"])
+            for r in rows
+        ]
+
+    async def close(self) -> None:
+        """Closes the connection, which releases the lock."""
+        self._holds_lock = False
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await conn.close()
+
+    async def _connection(self) -> psycopg.AsyncConnection[dict]:
+        if self._conn is None or self._conn.closed:
+            self._holds_lock = False
+            self._conn = await psycopg.AsyncConnection.connect(
+                self._database_url, autocommit=True, row_factory=dict_row,
+                application_name=self._application_name, options=_SESSION_OPTIONS,
+            )
+        return self._conn
+
+    @asynccontextmanager
+    async def _closing_on_error(self) -> AsyncIterator[None]:
+        """Translates database errors. On any but a timed-out statement it also drops the connection, and
+        with it the lock: a session in an unknown state must not go on exporting."""
+        try:
+            with translate_db_errors():
+                yield
+        except DeadlineExceeded:
+            raise
+        except BaseException:
+            await self.close()
+            raise
