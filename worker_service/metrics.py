@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from shared.metric_labels import TenantLabeler
+from shared.pool_metrics import PoolStatsCollector
 
 SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 
@@ -19,6 +22,10 @@ class WorkerMetrics:
         )
         self.completed = Counter(
             "jobs_completed_total", "Attempts that ended, by outcome.", ["tenant", "kind", "outcome"], registry=r
+        )
+        self.failures = Counter(
+            "jobs_attempt_failures_total", "Failed attempts the API accepted, by error category.",
+            ["tenant", "kind", "category"], registry=r,
         )
         self.queue_wait = Histogram(
             "jobs_queue_wait_seconds", "From runnable to claimed.", ["kind"], buckets=SECONDS_BUCKETS, registry=r
@@ -40,11 +47,21 @@ class WorkerMetrics:
             ["state"], registry=r,
         )
 
+    def watch_pool(self, stats: Callable[[], Mapping[str, int]]) -> None:
+        """Exports the connection pool's statistics, read from `stats` at scrape time."""
+        self.registry.register(PoolStatsCollector(stats))
+
     def count_claim(self, tenant: str, kind: str, attempt: int) -> None:
         label = self.tenant_label(tenant)
         self.claimed.labels(label, kind).inc()
+        # Created with the claims series even at zero: rate() cannot see the increments a series made
+        # before its first scrape, so a retries series born at its first retry would undercount.
+        retries = self.retries.labels(label, kind)
         if attempt > 1:
-            self.retries.labels(label, kind).inc()
+            retries.inc()
+
+    def count_failure(self, tenant: str, kind: str, category: str) -> None:
+        self.failures.labels(self.tenant_label(tenant), kind, category).inc()
 
     def count_outcome(self, tenant: str, kind: str, outcome: str) -> None:
         self.completed.labels(self.tenant_label(tenant), kind, outcome).inc()

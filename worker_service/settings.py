@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from shared.env_settings import env_float, env_int, env_list, env_optional, env_str
+from shared.metric_labels import TENANT_LIMIT_DEFAULT
 
 API_TARGET_DEFAULT = "127.0.0.1:50051"
 LEASE_SECONDS_DEFAULT = 30.0
@@ -58,6 +59,6 @@ class WorkerSettings:
             shutdown_grace_seconds=env_float(env, "JOBS_SHUTDOWN_GRACE_SECONDS", 20.0),
             completion_flush_seconds=env_float(env, "JOBS_COMPLETION_FLUSH_SECONDS", 0.002),
             completion_batch_max=env_int(env, "JOBS_COMPLETION_BATCH_MAX", 200, minimum=1),
-            metrics_tenant_limit=env_int(env, "JOBS_METRICS_TENANT_LIMIT", 50, minimum=1),
+            metrics_tenant_limit=env_int(env, "JOBS_METRICS_TENANT_LIMIT", TENANT_LIMIT_DEFAULT, minimum=1),
             log_level=env_str(env, "JOBS_LOG_LEVEL", "INFO").upper(),
         )

@@ -144,9 +144,9 @@ class Worker:
             poll = self._settings.poll_interval_seconds * random.uniform(0.5, 1.0)
             await self._wait(poll if free > 0 else None)
 
-    async def _wait(self, timeout: float | None) -> None:
+    async def _wait(self, seconds: float | None) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+            await asyncio.wait_for(self._wake.wait(), seconds)
 
     async def _claim(self, limit: int) -> list[ClaimedJob]:
         try:
@@ -272,6 +272,8 @@ class Worker:
             self._refused(active, outcome)
             return
         self._metrics.count_outcome(job.tenant, job.kind, _FAIL_OUTCOME_LABELS.get(outcome, "failed"))
+        if outcome is not JobState.CANCELLED:  # a cancel on request travels as a failure, but is none
+            self._metrics.count_failure(job.tenant, job.kind, error.category.value)
         log.info(
             "attempt failed (%s): %s", error.category.value, error.message[:200],
             extra={**active.log_fields, "state": outcome.value},
