@@ -10,8 +10,8 @@ import grpc
 
 from api_service import request_context
 from api_service.error_status import internal_status, status_for
-from api_service.principals import Principal, PrincipalDirectory, Role
 from api_service.metrics import RpcMetrics
+from api_service.principals import Principal, PrincipalDirectory, Role
 from shared.domain.errors import JobsError, PermissionDenied, Unauthenticated
 
 log = logging.getLogger(__name__)

@@ -81,7 +81,9 @@ class ApiClient:
                 await asyncio.sleep(delay * random.uniform(0.5, 1.0))
                 delay = min(delay * 2, 2.0)
 
-    async def heartbeat(self, leases: list[LeaseRef], extend_by_seconds: float, *, deadline: float) -> list[LeaseStatus]:
+    async def heartbeat(
+        self, leases: list[LeaseRef], extend_by_seconds: float, *, deadline: float
+    ) -> list[LeaseStatus]:
         request = convert.heartbeat_request(self._worker_id, leases, extend_by_seconds)
         response = await self._call(self._stub.Heartbeat, request, deadline=deadline)
         assert not isinstance(response, ReportOutcome)  # Heartbeat answers per lease, never refuses whole
@@ -101,7 +103,9 @@ class ApiClient:
             return response
         return convert.state_from_proto(response.state) or JobState.FAILED
 
-    async def release(self, lease: LeaseRef, *, started: bool, reason: str, deadline: float) -> JobState | ReportOutcome:
+    async def release(
+        self, lease: LeaseRef, *, started: bool, reason: str, deadline: float
+    ) -> JobState | ReportOutcome:
         request = worker_pb2.ReleaseJobRequest(
             job_id=lease.job_id, fencing_token=lease.fencing_token, started=started, reason=reason
         )
