@@ -169,10 +169,11 @@ class ServiceStack:
         self.processes.append(process)
         return process
 
-    def start_api(self, **env: str) -> ServiceProcess:
-        """Starts the API and waits until its health check says SERVING."""
+    def start_api(self, name: str = "api", **env: str) -> ServiceProcess:
+        """Starts an API replica and waits until the stack's API address answers SERVING (a second
+        replica given its own JOBS_API_LISTEN is then only known to have started)."""
         process = self._spawn(
-            "api",
+            name,
             "api_service",
             {
                 "JOBS_API_LISTEN": self.api_target,

@@ -1,0 +1,193 @@
+"""A real Prometheus (Debian's package) scrapes the real API and two workers on loopback, evaluates the
+shipped rules, and ranks the tenant with more retries first.
+
+The binary must be there (`make system-deps`): a missing one fails the test rather than skipping it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from jobs.v1 import jobs_pb2
+from tests.process_fixtures import ServiceProcess, ServiceStack, free_port, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "rules.yaml"
+RETRY_RATE_RULE = "tenant:jobs_retry_rate:ratio_rate5m"
+# Shorter than anything a deployment would use, so the test sees scrapes and rule results in seconds.
+SCRAPE_AND_EVALUATION_INTERVAL = "1s"
+PROMETHEUS_READY_TIMEOUT_SECONDS = 20.0
+FLAKY_JOBS_PER_TENANT = 12
+WARM_UP_ROUNDS_MAX = 10
+
+
+@dataclass
+class PrometheusServer:
+    popen: subprocess.Popen
+    port: int
+    log_path: Path
+
+    def query(self, promql: str) -> list[dict]:
+        """The instant vector a query returns now, as Prometheus's HTTP API answers it."""
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        with urllib.request.urlopen(url, timeout=5) as response:
+            body = json.load(response)
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def values_by(self, promql: str, label: str) -> dict[str, float]:
+        return {sample["metric"].get(label, ""): float(sample["value"][1]) for sample in self.query(promql)}
+
+    def ready(self) -> bool:
+        if self.popen.poll() is not None:
+            pytest.fail(f"prometheus exited with {self.popen.returncode}:\n{self.log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=1) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+
+@pytest.fixture
+def start_prometheus(tmp_path: Path) -> Iterator:
+    servers: list[PrometheusServer] = []
+
+    def start(api: ServiceProcess, workers: list[ServiceProcess]) -> PrometheusServer:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            pytest.fail("the prometheus binary is not on PATH; install it with `make system-deps`")
+        config = tmp_path / "prometheus.yml"
+        # JSON is YAML: no YAML library needed to write Prometheus's configuration.
+        config.write_text(json.dumps({
+            "global": {
+                "scrape_interval": SCRAPE_AND_EVALUATION_INTERVAL,
+                "scrape_timeout": SCRAPE_AND_EVALUATION_INTERVAL,
+                "evaluation_interval": SCRAPE_AND_EVALUATION_INTERVAL,
+            },
+            "rule_files": [str(RULES)],
+            "scrape_configs": [
+                {"job_name": "jobs-api", "static_configs": [{"targets": [f"127.0.0.1:{api.metrics_port}"]}]},
+                {"job_name": "jobs-worker",
+                 "static_configs": [{"targets": [f"127.0.0.1:{w.metrics_port}" for w in workers]}]},
+            ],
+        }))
+        port = free_port()
+        log_path = tmp_path / "prometheus.log"
+        with log_path.open("wb") as log_file:
+            popen = subprocess.Popen(
+                [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )
+        server = PrometheusServer(popen, port, log_path)
+        servers.append(server)
+        wait_until(server.ready, timeout=PROMETHEUS_READY_TIMEOUT_SECONDS, interval=0.2, what="prometheus")
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.popen.terminate()
+            try:
+                server.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                server.popen.kill()
+                server.popen.wait()
+
+
+def _flaky(fail_times: int) -> jobs_pb2.SubmitJobRequest:
+    return jobs_pb2.SubmitJobRequest(
+        kind="flaky", payload=json.dumps({"fail_times": fail_times, "category": "retryable"}).encode()
+    )
+
+
+def _unfinished(database_url: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("SELECT count(*) FROM jobs WHERE state NOT IN ('succeeded', 'failed')").fetchone()[0]
+
+
+def _warm_up(stack: ServiceStack, workers: list[ServiceProcess], prometheus: PrometheusServer) -> None:
+    """rate() cannot see what a counter counted before its first scrape, so every worker's flaky series
+    of both tenants must exist (and be scraped) before the measured jobs start."""
+    for _ in range(WARM_UP_ROUNDS_MAX):
+        for tenant in stack.tenants:
+            stack.tenant(tenant).submit_many([_flaky(0) for _ in range(6)])
+        wait_until(lambda: _unfinished(stack.database_url) == 0, timeout=20, interval=0.1, what="warm-up jobs")
+        if all(
+            w.metric_value("jobs_claimed_total", {"tenant": t, "kind": "flaky"}) > 0
+            for w in workers for t in stack.tenants
+        ):
+            break
+    else:
+        pytest.fail("the two workers did not both claim flaky jobs of both tenants")
+    wait_until(
+        lambda: len(prometheus.query('jobs_retries_total{kind="flaky"}')) == 2 * len(stack.tenants),
+        timeout=15, interval=0.2, what="prometheus to scrape every worker's series",
+    )
+
+
+def test_prometheus_ranks_the_tenant_with_more_retries_first(
+    service_stack: ServiceStack, start_prometheus, capsys: pytest.CaptureFixture
+) -> None:
+    api = service_stack.start_api(JOBS_METRICS_REFRESH_SECONDS="1")
+    workers = [service_stack.start_worker(name, JOBS_WORKER_CONCURRENCY="4") for name in ("w1", "w2")]
+    prometheus = start_prometheus(api, workers)
+    _warm_up(service_stack, workers, prometheus)
+    retries_before = prometheus.values_by('sum by (tenant) (jobs_retries_total{kind="flaky"})', "tenant")
+    assert retries_before == {"acme": 0.0, "globex": 0.0}
+
+    # acme: every job fails twice (3 claims, 2 retries); globex: half fail once, half never.
+    service_stack.tenant("acme").submit_many([_flaky(2) for _ in range(FLAKY_JOBS_PER_TENANT)])
+    half = FLAKY_JOBS_PER_TENANT // 2
+    service_stack.tenant("globex").submit_many([_flaky(1) for _ in range(half)] + [_flaky(0) for _ in range(half)])
+    wait_until(lambda: _unfinished(service_stack.database_url) == 0, timeout=40, interval=0.2, what="flaky jobs")
+
+    expected_retries = {"acme": 2.0 * FLAKY_JOBS_PER_TENANT, "globex": 1.0 * half}
+    wait_until(
+        lambda: prometheus.values_by('sum by (tenant) (jobs_retries_total{kind="flaky"})', "tenant")
+        == expected_retries,
+        timeout=15, interval=0.2, what="prometheus to scrape the final retry counts",
+    )
+    scraped_at = time.time()
+    # The rule's own evaluation time, so that the ranking below reflects the final counts.
+    wait_until(
+        lambda: all(
+            float(s["value"][1]) > scraped_at + 1 for s in prometheus.query(f"timestamp({RETRY_RATE_RULE})")
+        ),
+        timeout=15, interval=0.2, what="a rule evaluation after the final scrape",
+    )
+
+    ranking = prometheus.query(f"sort_desc({RETRY_RATE_RULE})")
+    ranked = [(s["metric"]["tenant"], round(float(s["value"][1]), 3)) for s in ranking]
+    assert [tenant for tenant, _ in ranked] == ["acme", "globex"], ranked
+    # The measured jobs alone: 24 retries in 36 claims against 6 in 18. The warm-up's claims, and
+    # rate()'s extrapolation over series a few seconds long, pull both somewhat lower.
+    assert 0.35 < ranked[0][1] < 0.75 and 0.1 < ranked[1][1] < 0.4, ranked
+
+    exporters = prometheus.values_by("jobs_metrics_exporter", "job")
+    assert exporters == {"jobs-api": 1.0}, "the one API replica exports the database gauges"
+    assert {s["metric"]["job"] for s in prometheus.query("jobs_metrics_snapshot_age_seconds")} == {"jobs-api"}
+    assert prometheus.query("jobs_queue_depth") == [], "no job is open any more"
+    assert prometheus.values_by("tenant_kind:jobs_recently_failed:max", "tenant") == {}
+
+    with capsys.disabled():
+        print(f"\nprometheus query sort_desc({RETRY_RATE_RULE}): {ranked}")
+        print(_excerpt(workers[0].metrics_text(), ("jobs_claimed_total", "jobs_retries_total", "jobs_attempt_failures")))
+        print(_excerpt(api.metrics_text(), ("jobs_metrics_", "jobs_fenced_rejections_total", "jobs_db_pool_conn")))
+
+
+def _excerpt(text: str, prefixes: tuple[str, ...]) -> str:
+    return "\n".join(line for line in text.splitlines() if line.startswith(prefixes))
