@@ -29,7 +29,7 @@ async def poison_exit(ctx: JobContext) -> bytes:
 
 async def poison_hang(ctx: JobContext) -> bytes:
     """Blocks the event loop, so its worker stops heartbeating and its lease runs out."""
-    time.sleep(HANG_SECONDS)
+    time.sleep(HANG_SECONDS)  # noqa: ASYNC251 - blocking the loop is the point
     return b"too late"
 
 

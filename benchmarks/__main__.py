@@ -1,0 +1,82 @@
+"""`python -m benchmarks`: every figure of the performance targets, a table, then one JSON line.
+
+Environment: BENCH_JOBS (work-down size, 20000), BENCH_HISTORY_ROWS (1000000), BENCH_SOAK_SECONDS (600),
+BENCH_ONLY (comma-separated scenario names), BENCH_ADMIN_URL (a role that may create databases).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import time
+from datetime import UTC, datetime
+
+from benchmarks import scenarios
+from benchmarks.harness import durability_settings, fresh_database
+
+SCENARIOS = ("workdown", "submit", "pickup", "history", "memory")
+
+
+def main() -> int:
+    jobs = int(os.environ.get("BENCH_JOBS", "20000"))
+    history_rows = int(os.environ.get("BENCH_HISTORY_ROWS", "1000000"))
+    soak_seconds = float(os.environ.get("BENCH_SOAK_SECONDS", "600"))
+    only = {s for s in os.environ.get("BENCH_ONLY", "").split(",") if s} or set(SCENARIOS)
+    figures: dict[str, object] = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"), "cpus": os.cpu_count(),
+        "machine": platform.machine(), "python": platform.python_version(), "jobs": jobs,
+    }
+    rows: list[tuple[str, str, str]] = []
+    if "workdown" in only or "history" in only:
+        with fresh_database("sql") as url:
+            figures.update(durability_settings(url))
+            figures["bare_sql_jobs_per_s"] = asyncio.run(scenarios.bare_sql_lifecycle(url, jobs))
+        with fresh_database("workdown") as url:
+            figures["workdown_jobs_per_s"] = scenarios.work_down(url, jobs)
+        figures["workdown_vs_sql"] = figures["workdown_jobs_per_s"] / figures["bare_sql_jobs_per_s"]
+        rows += [("bare-SQL lifecycle limit", f"{figures['bare_sql_jobs_per_s']:,.0f} jobs/s", "measured"),
+                 ("work-down through the API", f"{figures['workdown_jobs_per_s']:,.0f} jobs/s",
+                  f"{figures['workdown_vs_sql']:.0%} of SQL (target >= 60%, >= 10,000/s)")]
+    if "submit" in only:
+        with fresh_database("submit") as url:
+            submit = scenarios.submit_rate(url)
+        figures.update({f"submit_{k}" if not k.startswith("submit") else k: v for k, v in submit.items()})
+        figures["submit_vs_noop"] = submit["submit_per_s"] / submit["noop_rpc_per_s"]
+        rows += [("no-op RPC, 64 clients", f"{submit['noop_rpc_per_s']:,.0f} calls/s", "measured"),
+                 ("SubmitJob, 64 clients", f"{submit['submit_per_s']:,.0f} jobs/s",
+                  f"{figures['submit_vs_noop']:.0%} of no-op (target >= 50%); all {submit['acknowledged']} stored")]
+    if "pickup" in only:
+        with fresh_database("pickup") as url:
+            pickup = scenarios.pickup_latency(url)
+        figures.update({"pickup_p50_ms": pickup["p50_ms"], "pickup_p99_ms": pickup["p99_ms"]})
+        rows.append(("pickup latency at 200 jobs/s", f"p50 {pickup['p50_ms']:.1f} ms, p99 {pickup['p99_ms']:.1f} ms",
+                     "target p50 <= 5 ms, p99 <= 25 ms"))
+    if "history" in only:
+        with fresh_database("history") as url:
+            started = time.monotonic()
+            scenarios.add_history(url, history_rows)
+            figures["history_rows"] = history_rows
+            figures["history_load_seconds"] = time.monotonic() - started
+            figures["workdown_with_history_jobs_per_s"] = scenarios.work_down(url, jobs)
+        figures["history_slowdown"] = 1 - figures["workdown_with_history_jobs_per_s"] / figures["workdown_jobs_per_s"]
+        rows.append((f"work-down with {history_rows:,} finished jobs",
+                     f"{figures['workdown_with_history_jobs_per_s']:,.0f} jobs/s",
+                     f"{figures['history_slowdown']:+.0%} vs empty (target within 15%)"))
+    if "memory" in only:
+        with fresh_database("memory") as url:
+            soak = scenarios.memory_soak(url, seconds=soak_seconds)
+        figures.update({f"worker_rss_{k}": v for k, v in soak.items()})
+        rows.append((f"worker RSS over {soak_seconds:.0f}s at 200 jobs/s",
+                     f"{soak['early_mib']:.1f} -> {soak['late_mib']:.1f} MiB",
+                     f"{soak['growth_ratio']:+.1%} (target within 10%)"))
+    width = max(len(r[0]) for r in rows)
+    for name, value, note in rows:
+        print(f"{name:<{width}}  {value:>24}  {note}")
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,204 @@
+"""Each benchmark scenario: a function that measures one figure on the real processes or SQL."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import grpc
+import psycopg
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from benchmarks.harness import TENANTS, ServicePair, median, percentile, rss_bytes
+from jobs.v1 import jobs_pb2, jobs_pb2_grpc
+from shared.storage import queries
+
+SQL_BATCH = 1000
+SUBMIT_BATCH = 1000
+# Echo work-down: enough slots that a claim returns a full batch.
+FAST_WORKER_ENV = {"JOBS_WORKER_CONCURRENCY": "1000", "JOBS_COMPLETION_BATCH_MAX": "1000",
+                   "JOBS_COMPLETION_FLUSH_SECONDS": "0.005"}
+
+
+def _count_succeeded(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT count(*) FROM jobs WHERE state = 'succeeded'").fetchone()[0]
+
+
+def _wait_all_succeeded(url: str, expected: int, timeout: float) -> float:
+    """Waits, then returns the database's time of the last completion (epoch seconds)."""
+    deadline = time.monotonic() + timeout
+    while _count_succeeded(url) < expected:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {_count_succeeded(url)} of {expected} jobs succeeded in {timeout}s")
+        time.sleep(0.02)
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT extract(epoch FROM max(finished_at))::float8 FROM jobs").fetchone()[0]
+
+
+async def bare_sql_lifecycle(url: str, jobs: int) -> float:
+    """The same insert / claim / fenced-complete statements, batched, with no gRPC and no handler:
+    one connection inserting while another claims and completes. Jobs per second."""
+    started = time.time()
+
+    async def submit() -> None:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            for offset in range(0, jobs, SQL_BATCH):
+                n = min(SQL_BATCH, jobs - offset)
+                await conn.execute(queries.JOB_INSERT_MANY, {
+                    "tenant": TENANTS[0], "actor": "bench", "job_ids": [str(uuid.uuid4()) for _ in range(n)],
+                    "kinds": ["echo"] * n, "payloads": [b"x"] * n, "priorities": [0] * n,
+                    "run_afters": [None] * n, "deadlines": [None] * n, "max_attempts": [3] * n,
+                    "backoff_bases": [1.0] * n, "backoff_caps": [300.0] * n, "labels": [Jsonb({})] * n,
+                })
+
+    async def work() -> None:
+        done = 0
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as conn:
+            while done < jobs:
+                cur = await conn.execute(queries.JOB_CLAIM_BATCH, {
+                    "worker_id": "bench", "kinds": ["echo"], "limit": SQL_BATCH, "lease_seconds": 30})
+                claimed = await cur.fetchall()
+                if not claimed:
+                    await asyncio.sleep(0.001)
+                    continue
+                await conn.execute(queries.JOB_COMPLETE_BATCH, {
+                    "job_ids": [r["job_id"] for r in claimed],
+                    "fencing_tokens": [r["fencing_token"] for r in claimed],
+                    "results": [r["payload"] for r in claimed], "worker_id": "bench"})
+                done += len(claimed)
+
+    await asyncio.gather(submit(), work())
+    return jobs / (time.time() - started)
+
+
+def work_down(url: str, jobs: int) -> float:
+    """`jobs` echo jobs through SubmitJobs, run by two workers, completed through the API: first
+    submit to last completion, jobs per second."""
+    with ServicePair(url, worker_env=FAST_WORKER_ENV) as pair, grpc.insecure_channel(
+        pair.target, options=[("grpc.max_send_message_length", 64 << 20)]
+    ) as channel:
+        stub = jobs_pb2_grpc.JobServiceStub(channel)
+        request = [jobs_pb2.SubmitJobRequest(kind="echo", payload=b"x")] * SUBMIT_BATCH
+        started = time.time()
+        for offset in range(0, jobs, SUBMIT_BATCH):
+            batch = request[: min(SUBMIT_BATCH, jobs - offset)]
+            stub.SubmitJobs(jobs_pb2.SubmitJobsRequest(jobs=batch), metadata=pair.metadata(), timeout=60)
+        finished = _wait_all_succeeded(url, jobs, timeout=max(60.0, jobs / 200))
+    return jobs / (finished - started)
+
+
+async def _rpc_rate(target: str, make_call, clients: int, seconds: float) -> tuple[float, int]:
+    done = 0
+    stop_at = time.monotonic() + seconds
+
+    async def client(call) -> None:
+        nonlocal done
+        while time.monotonic() < stop_at:
+            await call()
+            done += 1
+
+    async with grpc.aio.insecure_channel(target) as channel:
+        calls = [make_call(channel) for _ in range(clients)]
+        started = time.monotonic()
+        await asyncio.gather(*(client(call) for call in calls))
+        return done / (time.monotonic() - started), done
+
+
+def submit_rate(url: str, clients: int = 64, seconds: float = 8.0) -> dict[str, float]:
+    """Single SubmitJob calls from `clients` concurrent callers vs a no-op RPC on the same server."""
+    with ServicePair(url, workers=0) as pair:
+        def health_call(channel):
+            stub = health_pb2_grpc.HealthStub(channel)
+            return lambda: stub.Check(health_pb2.HealthCheckRequest(), timeout=10)
+
+        def submit_call(channel):
+            stub = jobs_pb2_grpc.JobServiceStub(channel)
+            request = jobs_pb2.SubmitJobRequest(kind="echo", payload=b"x")
+            return lambda: stub.SubmitJob(request, metadata=pair.metadata(), timeout=10)
+
+        noop_rate, _ = asyncio.run(_rpc_rate(pair.target, health_call, clients, seconds))
+        rate, acknowledged = asyncio.run(_rpc_rate(pair.target, submit_call, clients, seconds))
+    with psycopg.connect(url) as conn:
+        stored = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]
+    if stored != acknowledged:
+        raise RuntimeError(f"{acknowledged} submissions acknowledged but {stored} stored")
+    return {"submit_per_s": rate, "noop_rpc_per_s": noop_rate, "acknowledged": acknowledged}
+
+
+async def _offer(target: str, metadata, rate: float, seconds: float) -> dict[str, float]:
+    """Submits at a fixed rate; returns job id → time its submission was answered."""
+    answered: dict[str, float] = {}
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = jobs_pb2_grpc.JobServiceStub(channel)
+        request = jobs_pb2.SubmitJobRequest(kind="echo", payload=b"x")
+
+        async def one() -> None:
+            response = await stub.SubmitJob(request, metadata=metadata, timeout=10)
+            answered[response.job.job_id] = time.time()
+
+        tasks = []
+        started = time.monotonic()
+        for n in range(int(rate * seconds)):
+            await asyncio.sleep(max(0.0, started + n / rate - time.monotonic()))
+            tasks.append(asyncio.create_task(one()))
+        await asyncio.gather(*tasks)
+    return answered
+
+
+def pickup_latency(url: str, rate: float = 200.0, seconds: float = 15.0) -> dict[str, float]:
+    """Submit answered → handler started (the claim), at `rate` jobs/s offered, in milliseconds."""
+    with ServicePair(url) as pair:
+        answered = asyncio.run(_offer(pair.target, pair.metadata(), rate, seconds))
+        _wait_all_succeeded(url, len(answered), timeout=60)
+    with psycopg.connect(url) as conn:
+        started = dict(conn.execute(
+            "SELECT job_id::text, extract(epoch FROM started_at)::float8 FROM jobs").fetchall())
+    latencies = [max(0.0, started[job_id] - at) * 1000 for job_id, at in answered.items()]
+    return {"p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99), "jobs": len(latencies)}
+
+
+def add_history(url: str, rows: int) -> None:
+    """Finished jobs, their events and results, as months of use would leave them."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for offset in range(0, rows, 100_000):
+            n = min(100_000, rows - offset)
+            conn.execute(
+                "WITH made AS ("
+                " INSERT INTO jobs (tenant, kind, state, payload, max_attempts, retry_budget, attempts,"
+                "  fencing_token, created_at, started_at, finished_at, run_after)"
+                " SELECT %s, 'echo', 'succeeded', '\\x78', 3, 3, 1, 1, now() - interval '1 day',"
+                "  now() - interval '1 day', now() - interval '1 day', now() - interval '1 day'"
+                " FROM generate_series(1, %s) RETURNING job_id, tenant)"
+                " INSERT INTO job_results (job_id, tenant, payload, attempt, fencing_token)"
+                " SELECT job_id, tenant, '\\x78', 1, 1 FROM made", (TENANTS[1], n))
+        conn.execute("VACUUM ANALYZE")
+
+
+def memory_soak(url: str, rate: float = 200.0, seconds: float = 600.0) -> dict[str, float]:
+    """A worker replica's RSS while `rate` jobs/s flow for `seconds`: first vs last minute."""
+    samples: list[tuple[float, int]] = []
+    with ServicePair(url) as pair:
+        pid = pair.worker_pids()[0]
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(5.0):
+                samples.append((time.monotonic(), rss_bytes(pid)))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        asyncio.run(_offer(pair.target, pair.metadata(TENANTS[1]), rate, seconds))
+        stop.set()
+        sampler.join()
+    window = min(60.0, seconds / 4)
+    begin, end = samples[0][0], samples[-1][0]
+    # The first window is warm-up (pools, caches, histograms filling); compare the next with the last.
+    early = [rss for at, rss in samples if begin + window <= at < begin + 2 * window] or [samples[0][1]]
+    late = [rss for at, rss in samples if at >= end - window]
+    return {"early_mib": median(early) / 2**20, "late_mib": median(late) / 2**20,
+            "growth_ratio": median(late) / median(early) - 1.0, "seconds": seconds}
