@@ -1,1 +1,1 @@
-"""Command-line client of the job service: `jobsctl submit|get|result|list`."""
+"""Command-line client of the job service: `jobsctl submit|get|watch|result|list|events|cancel|retry|dev`."""

@@ -10,21 +10,25 @@ import grpc
 
 from jobs.v1 import jobs_pb2_grpc
 from jobsctl.arguments import UsageError, build_parser
-from jobsctl.commands import COMMANDS, Call, Console, WaitTimedOut
-from jobsctl.rpc_errors import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, describe
+from jobsctl.commands import COMMANDS, Call, Console
+from jobsctl.dev import run_dev
+from jobsctl.rpc_errors import EXIT_UNAVAILABLE, EXIT_USAGE, describe
+from jobsctl.watch import WaitTimedOut
 
 
 def main(argv: Sequence[str] | None = None, console: Console | None = None) -> int:
     """Returns the process exit code; argparse itself exits with 2 on malformed arguments."""
     console = console or Console(sys.stdin.buffer, sys.stdout, sys.stdout.buffer, sys.stderr)
     args = build_parser().parse_args(argv)
+    if args.command == "dev":
+        return run_dev(console.stderr)
     if not args.token:
         print("jobsctl: no token: pass --token or set JOBS_TOKEN", file=console.stderr)
         return EXIT_USAGE
     try:
         with grpc.insecure_channel(args.target) as channel:
             call = Call(jobs_pb2_grpc.JobServiceStub(channel), args.token, args.timeout)
-            COMMANDS[args.command](call, args, console)
+            return COMMANDS[args.command](call, args, console)
     except UsageError as exc:
         print(f"jobsctl: {exc}", file=console.stderr)
         return EXIT_USAGE
@@ -38,7 +42,9 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         else:
             print(f"jobsctl: {failure.as_text()}", file=console.stderr)
         return failure.exit_code
-    return EXIT_OK
+    except KeyboardInterrupt:
+        print("jobsctl: interrupted", file=console.stderr)
+        return 130
 
 
 if __name__ == "__main__":

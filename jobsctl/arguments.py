@@ -24,8 +24,10 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     parser = argparse.ArgumentParser(
         prog="jobsctl",
         description="Submit and inspect jobs of the durable job service (jobs.v1.JobService).",
-        epilog="Exit codes: 0 ok, 2 usage or invalid argument, 3 not found, 4 failed precondition, "
-        "5 unavailable or deadline exceeded, 1 anything else.",
+        epilog="Exit codes: 0 ok (for watch and result --wait: the job SUCCEEDED), 2 usage or invalid argument, "
+        "3 not found, 4 failed precondition, 5 unavailable or deadline exceeded, 6 the job FAILED, "
+        "7 the job was CANCELLED or SUPERSEDED, 8 the job's outcome is unknown (a person decides), "
+        "1 anything else.",
     )
     parser.add_argument(
         "--target",
@@ -45,7 +47,46 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     result.add_argument("job_id", metavar="JOB_ID")
     result.add_argument("--wait", action="store_true", help="first wait (up to --timeout) for the job to finish")
     _add_list(commands)
+    _add_lifecycle(commands)
+    commands.add_parser(
+        "dev",
+        help="run the local stack (what `make run` runs): the API and two workers on loopback",
+        description="Starts what `make run` starts, in the foreground: PostgreSQL from DATABASE_URL or an "
+        "embedded one, the migrations, the API on 127.0.0.1:50051 and two workers. Needs a source checkout.",
+    )
     return parser
+
+
+def _add_lifecycle(commands) -> None:
+    watch = commands.add_parser(
+        "watch",
+        help="follow a job's transitions live until it settles; the exit code says how it ended",
+        description="Prints each transition as it happens (with a live status line on a terminal) and exits "
+        "when the job settles: 0 SUCCEEDED, 6 FAILED, 7 CANCELLED or SUPERSEDED, 8 OUTCOME_UNKNOWN. "
+        "A broken stream is resumed from the last sequence seen.",
+    )
+    watch.add_argument("job_id", metavar="JOB_ID")
+    watch.add_argument(
+        "--after-sequence", type=int, default=0, metavar="N", help="only transitions after this sequence"
+    )
+    watch.add_argument(
+        "--max-wait", type=_positive_float, default=None, metavar="SECONDS", help="give up after this long (exit 5)"
+    )
+    cancel = commands.add_parser("cancel", help="cancel a job: at once if it waits, at its next heartbeat if running")
+    cancel.add_argument("job_id", metavar="JOB_ID")
+    cancel.add_argument("--reason", default="", help="recorded in the job's history")
+    retry = commands.add_parser(
+        "retry", help="run a FAILED, CANCELLED or OUTCOME_UNKNOWN job again, recorded with who and why"
+    )
+    retry.add_argument("job_id", metavar="JOB_ID")
+    retry.add_argument("--reason", default="", help="recorded in the job's history")
+    retry.add_argument(
+        "--accept-duplicate-risk",
+        action="store_true",
+        help="required for OUTCOME_UNKNOWN: the earlier attempt's effect may already have happened",
+    )
+    events = commands.add_parser("events", help="a job's recorded transitions, oldest first (every page)")
+    events.add_argument("job_id", metavar="JOB_ID")
 
 
 def _add_submit(commands) -> None:

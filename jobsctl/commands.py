@@ -1,34 +1,19 @@
-"""The subcommands: one JobService call each (two for `result --wait`), printed as text or json."""
+"""The subcommands that make one JobService call (or a few): printed as text or json. Each returns the
+process exit code; `watch` lives in watch.py."""
 
 from __future__ import annotations
 
 import argparse
-import time
 from dataclasses import dataclass
 from typing import BinaryIO, TextIO
 
-import grpc
-
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc
 from jobsctl.arguments import list_request, submit_request
-from jobsctl.rendering import job_text, jobs_table, message_json, state_name
+from jobsctl.rendering import events_table, job_text, jobs_table, message_json, state_name
+from jobsctl.rpc_errors import EXIT_OK
+from jobsctl.watch import EXIT_BY_SETTLED_STATE, follow, run_watch
 
-POLL_INTERVAL_SECONDS = 0.2
-
-# A job in OUTCOME_UNKNOWN waits for a person, so waiting for a result stops there too.
-_SETTLED_STATES = frozenset(
-    {
-        jobs_pb2.JOB_STATE_SUCCEEDED,
-        jobs_pb2.JOB_STATE_FAILED,
-        jobs_pb2.JOB_STATE_CANCELLED,
-        jobs_pb2.JOB_STATE_SUPERSEDED,
-        jobs_pb2.JOB_STATE_OUTCOME_UNKNOWN,
-    }
-)
-
-
-class WaitTimedOut(Exception):
-    """`result --wait` gave up; exits like DEADLINE_EXCEEDED."""
+EVENTS_PAGE_SIZE = 200
 
 
 @dataclass(frozen=True)
@@ -52,72 +37,107 @@ class Call:
         return (("authorization", f"Bearer {self.token}"),)
 
 
-def run_submit(call: Call, args: argparse.Namespace, console: Console) -> None:
+def run_submit(call: Call, args: argparse.Namespace, console: Console) -> int:
     request = submit_request(args, console.stdin)
     response = call.stub.SubmitJob(request, timeout=call.timeout, metadata=call.metadata)
     if args.output == "json":
         print(message_json(response), file=console.stdout)
-        return
+        return EXIT_OK
     print(response.job.job_id, file=console.stdout)
     how = "submitted" if response.created else "already submitted earlier (same idempotency key or input)"
     print(f"{how}; state {state_name(response.job.state)}", file=console.stderr)
+    return EXIT_OK
 
 
-def run_get(call: Call, args: argparse.Namespace, console: Console) -> None:
+def run_get(call: Call, args: argparse.Namespace, console: Console) -> int:
     job = call.stub.GetJob(jobs_pb2.GetJobRequest(job_id=args.job_id), timeout=call.timeout, metadata=call.metadata)
     print(message_json(job) if args.output == "json" else job_text(job), file=console.stdout)
+    return EXIT_OK
 
 
-def run_result(call: Call, args: argparse.Namespace, console: Console) -> None:
+def run_result(call: Call, args: argparse.Namespace, console: Console) -> int:
+    """With --wait, a job that settles without succeeding exits with its outcome's code, no result."""
     if args.wait:
-        _wait_until_settled(call, args.job_id)
+        states = list(follow(call.stub, args.job_id, call.metadata, max_wait=call.timeout))
+        settled = states[-1] if states else None
+        if settled is not None and settled.state != jobs_pb2.JOB_STATE_SUCCEEDED:
+            print(f"jobsctl: job {args.job_id} ended {state_name(settled.state)}", file=console.stderr)
+            return EXIT_BY_SETTLED_STATE[settled.state]
     result = call.stub.GetJobResult(
         jobs_pb2.GetJobResultRequest(job_id=args.job_id), timeout=call.timeout, metadata=call.metadata
     )
     if args.output == "json":
         print(message_json(result), file=console.stdout)
-        return
+        return EXIT_OK
     console.stdout.flush()
     console.stdout_bytes.write(result.payload)
     console.stdout_bytes.flush()
+    return EXIT_OK
 
 
-def _wait_until_settled(call: Call, job_id: str) -> None:
-    """Follows WatchJob until the job settles; the stream's deadline bounds the wait."""
-    stream = call.stub.WatchJob(jobs_pb2.WatchJobRequest(job_id=job_id), timeout=call.timeout, metadata=call.metadata)
-    try:
-        for job in stream:
-            if job.state in _SETTLED_STATES:
-                return
-    except grpc.RpcError as exc:
-        if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-            raise
-        _poll_until_settled(call, job_id)
-    finally:
-        stream.cancel()
-
-
-def _poll_until_settled(call: Call, job_id: str) -> None:
-    """For an API that does not serve WatchJob: GetJob until settled, within the same deadline."""
-    deadline = time.monotonic() + call.timeout
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise WaitTimedOut(f"job {job_id} did not finish within {call.timeout:g}s")
-        job = call.stub.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), timeout=remaining, metadata=call.metadata)
-        if job.state in _SETTLED_STATES:
-            return
-        time.sleep(min(POLL_INTERVAL_SECONDS, max(remaining, 0)))
-
-
-def run_list(call: Call, args: argparse.Namespace, console: Console) -> None:
+def run_list(call: Call, args: argparse.Namespace, console: Console) -> int:
     response = call.stub.ListJobs(list_request(args), timeout=call.timeout, metadata=call.metadata)
     if args.output == "json":
         print(message_json(response), file=console.stdout)
-        return
+        return EXIT_OK
     print(jobs_table(list(response.jobs)), file=console.stdout)
     if response.next_page_token:
         print(f"more: --page-token {response.next_page_token}", file=console.stderr)
+    return EXIT_OK
 
 
-COMMANDS = {"submit": run_submit, "get": run_get, "result": run_result, "list": run_list}
+def run_cancel(call: Call, args: argparse.Namespace, console: Console) -> int:
+    request = jobs_pb2.CancelJobRequest(job_id=args.job_id, reason=args.reason)
+    job = call.stub.CancelJob(request, timeout=call.timeout, metadata=call.metadata)
+    if args.output == "json":
+        print(message_json(job), file=console.stdout)
+    elif job.state == jobs_pb2.JOB_STATE_CANCELLED:
+        print(f"{job.job_id} CANCELLED", file=console.stdout)
+    else:
+        print(
+            f"{job.job_id} cancel requested; state {state_name(job.state)} until its worker stops "
+            f"(follow it with: jobsctl watch {job.job_id})",
+            file=console.stdout,
+        )
+    return EXIT_OK
+
+
+def run_retry(call: Call, args: argparse.Namespace, console: Console) -> int:
+    request = jobs_pb2.RetryJobRequest(
+        job_id=args.job_id, reason=args.reason, accept_duplicate_risk=args.accept_duplicate_risk
+    )
+    job = call.stub.RetryJob(request, timeout=call.timeout, metadata=call.metadata)
+    if args.output == "json":
+        print(message_json(job), file=console.stdout)
+    else:
+        print(f"{job.job_id} retried; state {state_name(job.state)}", file=console.stdout)
+    return EXIT_OK
+
+
+def run_events(call: Call, args: argparse.Namespace, console: Console) -> int:
+    events: list[jobs_pb2.JobEvent] = []
+    page_token = ""
+    while True:
+        request = jobs_pb2.ListJobEventsRequest(job_id=args.job_id, page_size=EVENTS_PAGE_SIZE, page_token=page_token)
+        page = call.stub.ListJobEvents(request, timeout=call.timeout, metadata=call.metadata)
+        events += page.events
+        page_token = page.next_page_token
+        if not page_token:
+            break
+    if args.output == "json":
+        print(message_json(jobs_pb2.ListJobEventsResponse(events=events)), file=console.stdout)
+    else:
+        print(events_table(events), file=console.stdout)
+    return EXIT_OK
+
+
+COMMANDS = {
+    "submit": run_submit,
+    "get": run_get,
+    "result": run_result,
+    "list": run_list,
+    "watch": run_watch,
+    "cancel": run_cancel,
+    "retry": run_retry,
+    "events": run_events,
+}

@@ -45,6 +45,14 @@ def message_json(message: Message) -> str:
     return json.dumps(as_dict, indent=2, sort_keys=False)
 
 
+def message_json_line(message: Message) -> str:
+    """The same JSON on one line: a stream of them is one object per line (JSON Lines)."""
+    as_dict = json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    return json.dumps(as_dict, separators=(",", ":"))
+
+
 def job_text(job: jobs_pb2.Job) -> str:
     """One `name  value` line per field that says something."""
     rows: list[tuple[str, str]] = [
@@ -91,5 +99,61 @@ def jobs_table(jobs: list[jobs_pb2.Job]) -> str:
         )
         for job in jobs
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_TABLE_COLUMNS))]
+    return _table(rows)
+
+
+def transition_line(job: jobs_pb2.Job, elapsed_seconds: float) -> str:
+    """One line per state the job reached, for `watch`: when (since watching began), sequence, state,
+    attempt, and what a person needs next (the error, the next attempt's time, a pending cancel)."""
+    parts = [
+        f"{_clock(elapsed_seconds):>8}",
+        f"#{job.sequence:<3}",
+        f"{state_name(job.state):<15}",
+        f"attempt {job.attempts} of {job.max_attempts}",
+    ]
+    if job.state == jobs_pb2.JOB_STATE_RETRY_WAIT:
+        parts.append(f"next attempt at {timestamp_text(job, 'run_after')}")
+    if job.HasField("last_error") and job.state != jobs_pb2.JOB_STATE_SUCCEEDED:
+        parts.append(f"last error {_error_text(job)}")
+    if job.cancel_requested and job.state == jobs_pb2.JOB_STATE_RUNNING:
+        parts.append("cancel requested")
+    return "  ".join(parts)
+
+
+def watch_status(job: jobs_pb2.Job, in_state_seconds: float, total_seconds: float) -> str:
+    """The live line under the transitions: how long the current state has lasted."""
+    return (
+        f"{state_name(job.state)} for {_clock(in_state_seconds)}, attempt {job.attempts} of {job.max_attempts}, "
+        f"watching {_clock(total_seconds)}"
+    )
+
+
+def _clock(seconds: float) -> str:
+    minutes, rest = divmod(max(seconds, 0.0), 60)
+    return f"{int(minutes)}:{rest:04.1f}"
+
+
+_EVENT_COLUMNS = ("SEQ", "AT", "FROM", "TO", "ATTEMPT", "FENCING", "ACTOR", "REASON")
+
+
+def events_table(events: list[jobs_pb2.JobEvent]) -> str:
+    """A job's history, oldest first, one transition per row."""
+    rows = [_EVENT_COLUMNS] + [
+        (
+            str(event.sequence),
+            timestamp_text(event, "at"),
+            "-" if event.from_state == jobs_pb2.JOB_STATE_UNSPECIFIED else state_name(event.from_state),
+            state_name(event.to_state),
+            str(event.attempt),
+            str(event.fencing_token),
+            event.actor,
+            event.reason,
+        )
+        for event in events
+    ]
+    return _table(rows)
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)

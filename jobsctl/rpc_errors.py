@@ -14,6 +14,10 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_FAILED_PRECONDITION = 4
 EXIT_UNAVAILABLE = 5
+# How a job that `watch` or `result --wait` followed ended, when it did not succeed.
+EXIT_JOB_FAILED = 6
+EXIT_JOB_CANCELLED = 7
+EXIT_JOB_OUTCOME_UNKNOWN = 8
 
 _EXIT_BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: EXIT_USAGE,

@@ -3,44 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
-from dataclasses import dataclass
 
 import pytest
 
-from tests.process_fixtures import REPO_ROOT, ServiceStack, free_port, tenant_token
+from tests.jobsctl_process import jobsctl
+from tests.process_fixtures import ServiceStack, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
-
-CLI_TIMEOUT_SECONDS = 30
-
-
-@dataclass(frozen=True)
-class CliRun:
-    code: int
-    stdout: bytes
-    stderr: str
-
-    @property
-    def text(self) -> str:
-        return self.stdout.decode()
-
-
-def jobsctl(target: str, *args: str, tenant: str = "acme", stdin: bytes = b"") -> CliRun:
-    env = {**os.environ, "JOBS_API_TARGET": target, "JOBS_TOKEN": tenant_token(tenant)}
-    done = subprocess.run(
-        [sys.executable, "-m", "jobsctl", *args],
-        input=stdin,
-        env=env,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        timeout=CLI_TIMEOUT_SECONDS,
-        check=False,
-    )
-    return CliRun(done.returncode, done.stdout, done.stderr.decode(errors="replace"))
 
 
 @pytest.fixture

@@ -1,0 +1,137 @@
+"""`jobsctl watch` and `result --wait`: follow WatchJob until the job settles, resuming a broken stream
+from the last sequence seen, and turn how the job ended into an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TextIO
+
+import grpc
+
+from jobs.v1 import jobs_pb2
+from jobsctl.rendering import message_json_line, transition_line, watch_status
+from jobsctl.rpc_errors import (
+    EXIT_JOB_CANCELLED,
+    EXIT_JOB_FAILED,
+    EXIT_JOB_OUTCOME_UNKNOWN,
+    EXIT_OK,
+)
+
+# A job in OUTCOME_UNKNOWN waits for a person, so following it stops there too.
+EXIT_BY_SETTLED_STATE = {
+    jobs_pb2.JOB_STATE_SUCCEEDED: EXIT_OK,
+    jobs_pb2.JOB_STATE_FAILED: EXIT_JOB_FAILED,
+    jobs_pb2.JOB_STATE_CANCELLED: EXIT_JOB_CANCELLED,
+    jobs_pb2.JOB_STATE_SUPERSEDED: EXIT_JOB_CANCELLED,
+    jobs_pb2.JOB_STATE_OUTCOME_UNKNOWN: EXIT_JOB_OUTCOME_UNKNOWN,
+}
+# Codes after which the same stream may be opened again; anything else is the answer.
+_RESUMABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN})
+RESUME_ATTEMPTS_MAX = 5
+RESUME_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0, 4.0)
+STATUS_REDRAW_SECONDS = 0.1
+
+
+class WaitTimedOut(Exception):
+    """The job did not settle within the allowed time; exits like DEADLINE_EXCEEDED."""
+
+
+def follow(
+    stub, job_id: str, metadata, *, after_sequence: int = 0, max_wait: float | None = None
+) -> Iterator[jobs_pb2.Job]:
+    """Yields the job's states until one is settled (that one included). Reconnects after a dropped
+    stream from the last sequence seen, at most RESUME_ATTEMPTS_MAX times in a row."""
+    deadline = None if max_wait is None else time.monotonic() + max_wait
+    last, failures = after_sequence, 0
+    while True:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise WaitTimedOut(f"job {job_id} did not settle within {max_wait:g}s")
+        request = jobs_pb2.WatchJobRequest(job_id=job_id, after_sequence=last)
+        stream = stub.WatchJob(request, timeout=remaining, metadata=metadata)
+        try:
+            for job in stream:
+                failures = 0
+                last = max(last, job.sequence)
+                yield job
+                if job.state in EXIT_BY_SETTLED_STATE:
+                    return
+            return  # the server ends the stream only after a terminal state
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and deadline is not None:
+                raise WaitTimedOut(f"job {job_id} did not settle within {max_wait:g}s") from None
+            if exc.code() not in _RESUMABLE or failures >= RESUME_ATTEMPTS_MAX:
+                raise
+            time.sleep(RESUME_BACKOFF_SECONDS[failures])
+            failures += 1
+        finally:
+            stream.cancel()
+
+
+class StatusLine:
+    """A line redrawn in place on a terminal: the current state, how long it has lasted, a spinner.
+    Transition lines are printed above it. On anything but a terminal it draws nothing."""
+
+    def __init__(self, out: TextIO, enabled: bool, clock: Callable[[], float] = time.monotonic) -> None:
+        self._out, self._enabled, self._clock = out, enabled, clock
+        self._lock = threading.Lock()
+        self._job: jobs_pb2.Job | None = None
+        self._since = clock()
+        self._started = clock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._redraw_until_stopped, daemon=True)
+
+    def __enter__(self) -> StatusLine:
+        if self._enabled:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        if self._enabled:
+            self._thread.join()
+            with self._lock:
+                self._out.write("\r\033[K")
+                self._out.flush()
+
+    def transition(self, job: jobs_pb2.Job) -> None:
+        with self._lock:
+            if self._enabled:
+                self._out.write("\r\033[K")
+            now = self._clock()
+            self._out.write(transition_line(job, now - self._started) + "\n")
+            self._out.flush()
+            self._job, self._since = job, now
+
+    def _redraw_until_stopped(self) -> None:
+        for frame in itertools.cycle("|/-\\"):
+            if self._stop.wait(STATUS_REDRAW_SECONDS):
+                return
+            with self._lock:
+                if self._job is not None:
+                    now = self._clock()
+                    status = watch_status(self._job, now - self._since, now - self._started)
+                    self._out.write(f"\r\033[K{frame} {status}")
+                    self._out.flush()
+
+
+def run_watch(call, args: argparse.Namespace, console) -> int:
+    settled: jobs_pb2.Job | None = None
+    updates = follow(
+        call.stub, args.job_id, call.metadata, after_sequence=args.after_sequence, max_wait=args.max_wait
+    )
+    if args.output == "json":
+        for settled in updates:
+            print(message_json_line(settled), file=console.stdout, flush=True)
+    else:
+        with StatusLine(console.stdout, enabled=console.stdout.isatty()) as status:
+            for settled in updates:
+                status.transition(settled)
+    if settled is None:  # resumed after the job had already settled: nothing new to show
+        request = jobs_pb2.GetJobRequest(job_id=args.job_id)
+        settled = call.stub.GetJob(request, timeout=call.timeout, metadata=call.metadata)
+    return EXIT_BY_SETTLED_STATE.get(settled.state, EXIT_OK)
