@@ -139,9 +139,7 @@ def _warm_up(stack: ServiceStack, workers: list[ServiceProcess], prometheus: Pro
     )
 
 
-def test_prometheus_ranks_the_tenant_with_more_retries_first(
-    service_stack: ServiceStack, start_prometheus, capsys: pytest.CaptureFixture
-) -> None:
+def test_prometheus_ranks_the_tenant_with_more_retries_first(service_stack: ServiceStack, start_prometheus) -> None:
     api = service_stack.start_api(JOBS_METRICS_REFRESH_SECONDS="1")
     workers = [service_stack.start_worker(name, JOBS_WORKER_CONCURRENCY="4") for name in ("w1", "w2")]
     prometheus = start_prometheus(api, workers)
@@ -183,10 +181,10 @@ def test_prometheus_ranks_the_tenant_with_more_retries_first(
     assert prometheus.query("jobs_queue_depth") == [], "no job is open any more"
     assert prometheus.values_by("tenant_kind:jobs_recently_failed:max", "tenant") == {}
 
-    with capsys.disabled():
-        print(f"\nprometheus query sort_desc({RETRY_RATE_RULE}): {ranked}")
-        print(_excerpt(workers[0].metrics_text(), ("jobs_claimed_total", "jobs_retries_total", "jobs_attempt_failures")))
-        print(_excerpt(api.metrics_text(), ("jobs_metrics_", "jobs_fenced_rejections_total", "jobs_db_pool_conn")))
+    # Shown with -s (or -rP): what the note quotes as the scrape excerpt and the query result.
+    print(f"\nprometheus query sort_desc({RETRY_RATE_RULE}): {ranked}")
+    print(_excerpt(workers[0].metrics_text(), ("jobs_claimed_total", "jobs_retries_total", "jobs_attempt_failures")))
+    print(_excerpt(api.metrics_text(), ("jobs_metrics_", "jobs_fenced_rejections_total", "jobs_db_pool_conn")))
 
 
 def _excerpt(text: str, prefixes: tuple[str, ...]) -> str:
