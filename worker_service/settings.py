@@ -32,6 +32,8 @@ class WorkerSettings:
     shutdown_grace_seconds: float
     completion_flush_seconds: float
     completion_batch_max: int
+    # Largest claim: a cap keeps claims and reports overlapping instead of alternating.
+    claim_batch_max: int
     metrics_tenant_limit: int
     log_level: str
 
@@ -59,6 +61,7 @@ class WorkerSettings:
             shutdown_grace_seconds=env_float(env, "JOBS_SHUTDOWN_GRACE_SECONDS", 20.0),
             completion_flush_seconds=env_float(env, "JOBS_COMPLETION_FLUSH_SECONDS", 0.002),
             completion_batch_max=env_int(env, "JOBS_COMPLETION_BATCH_MAX", 200, minimum=1),
+            claim_batch_max=env_int(env, "JOBS_CLAIM_BATCH_MAX", 200, minimum=1),
             metrics_tenant_limit=env_int(env, "JOBS_METRICS_TENANT_LIMIT", TENANT_LIMIT_DEFAULT, minimum=1),
             log_level=env_str(env, "JOBS_LOG_LEVEL", "INFO").upper(),
         )

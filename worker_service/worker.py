@@ -132,17 +132,25 @@ class Worker:
                 await self._wait(self._settings.poll_interval_seconds)
                 continue
             self._wake.clear()
-            free = self._settings.concurrency - len(self._active)
+            free = self._free_slots()
             if free > 0:
-                claimed = await self._claim(free)
+                limit = min(free, self._settings.claim_batch_max)
+                claimed = await self._claim(limit)
                 for job in claimed:
                     self._start(job)
-                if claimed and len(claimed) == free:
+                if claimed and len(claimed) == limit:
                     continue  # there may be more waiting
             if stop.is_set():
                 break
             poll = self._settings.poll_interval_seconds * random.uniform(0.5, 1.0)
             await self._wait(poll if free > 0 else None)
+
+    def _free_slots(self) -> int:
+        """Slots are handlers running, not leases held: a job whose handler returned frees its slot
+        while its report is in flight, so claiming overlaps with reporting. Held leases stay bounded
+        (twice the concurrency) when the API is slow to answer."""
+        running = sum(1 for active in self._active.values() if not active.reporting)
+        return min(self._settings.concurrency - running, 2 * self._settings.concurrency - len(self._active))
 
     async def _wait(self, seconds: float | None) -> None:
         with contextlib.suppress(TimeoutError):
@@ -223,6 +231,7 @@ class Worker:
             error = _unclassified(exc, active.context)
         self._metrics.execution.labels(job.kind).observe(time.monotonic() - started)
         active.reporting = True
+        self.wake()  # the slot is free for the next claim
         if error is None:
             await self._report_completion(active, result)
         else:
