@@ -41,7 +41,7 @@ POOL_APPLICATION_NAME = "jobs-tests"
 SNAPSHOT_QUERIES = {
     "jobs": "SELECT * FROM jobs ORDER BY job_id",
     "job_results": "SELECT * FROM job_results ORDER BY job_id",
-    "job_events": "SELECT * FROM job_events ORDER BY event_id",
+    "job_events": "SELECT * FROM job_events ORDER BY job_id, sequence",
 }
 
 

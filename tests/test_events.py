@@ -36,7 +36,7 @@ def reports(db) -> WorkerReports:
 def events_of(sync_db, job_id: str) -> list[tuple]:
     rows = sync_db.rows(
         "SELECT sequence, from_state, to_state, attempt, fencing_token, actor, reason, tenant"
-        " FROM job_events WHERE job_id = %s ORDER BY event_id",
+        " FROM job_events WHERE job_id = %s ORDER BY job_id, sequence",
         (job_id,),
     )
     return [tuple(row.values()) for row in rows]

@@ -11,10 +11,12 @@ from shared.domain.errors import JobsError
 from shared.storage import job_store
 from shared.storage.database import Database
 from shared.storage.notifications import LISTENING, RUNNABLE_CHANNEL, STOP_CHANNEL, listen
+from shared.storage.retention import delete_finished_jobs
 from worker_service.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 RESCUE_BATCH_LIMIT = 500
+RETENTION_BATCH_LIMIT = 1000
 LISTEN_RETRY_MAX_SECONDS = 10.0
 
 
@@ -59,4 +61,22 @@ async def rescue_leases(db: Database, metrics: WorkerMetrics, interval_seconds: 
                 )
         except JobsError as exc:
             log.warning("lease sweep failed: %s", exc.message)
+        await asyncio.sleep(interval_seconds * random.uniform(0.8, 1.2))
+
+
+async def apply_retention(db: Database, retention_seconds: float, interval_seconds: float) -> None:
+    """Deletes finished jobs older than the retention period, a batch at a time, so the history never
+    slows the hot path. Every replica may run it; SKIP LOCKED keeps the sweeps apart."""
+    while True:
+        try:
+            deleted = RETENTION_BATCH_LIMIT
+            while deleted == RETENTION_BATCH_LIMIT:
+                async with db.transaction() as conn:
+                    deleted = await delete_finished_jobs(
+                        conn, retention_seconds=retention_seconds, limit=RETENTION_BATCH_LIMIT
+                    )
+                if deleted:
+                    log.info("retention deleted %d finished jobs", deleted, extra={"count": deleted})
+        except JobsError as exc:
+            log.warning("retention sweep failed: %s", exc.message)
         await asyncio.sleep(interval_seconds * random.uniform(0.8, 1.2))

@@ -14,6 +14,7 @@ from shared.metric_labels import TENANT_LIMIT_DEFAULT
 API_TARGET_DEFAULT = "127.0.0.1:50051"
 LEASE_SECONDS_DEFAULT = 30.0
 CONCURRENCY_DEFAULT = 10
+RETENTION_SECONDS_DEFAULT = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,9 @@ class WorkerSettings:
     shutdown_grace_seconds: float
     completion_flush_seconds: float
     completion_batch_max: int
+    # Finished jobs are deleted this long after they ended; 0 keeps them forever.
+    retention_seconds: float
+    retention_interval_seconds: float
     # Largest claim: a cap keeps claims and reports overlapping instead of alternating.
     claim_batch_max: int
     metrics_tenant_limit: int
@@ -62,6 +66,8 @@ class WorkerSettings:
             completion_flush_seconds=env_float(env, "JOBS_COMPLETION_FLUSH_SECONDS", 0.002),
             completion_batch_max=env_int(env, "JOBS_COMPLETION_BATCH_MAX", 200, minimum=1),
             claim_batch_max=env_int(env, "JOBS_CLAIM_BATCH_MAX", 200, minimum=1),
+            retention_seconds=env_float(env, "JOBS_RETENTION_SECONDS", RETENTION_SECONDS_DEFAULT),
+            retention_interval_seconds=env_float(env, "JOBS_RETENTION_INTERVAL_SECONDS", 60.0, minimum=1.0),
             metrics_tenant_limit=env_int(env, "JOBS_METRICS_TENANT_LIMIT", TENANT_LIMIT_DEFAULT, minimum=1),
             log_level=env_str(env, "JOBS_LOG_LEVEL", "INFO").upper(),
         )

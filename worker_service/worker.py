@@ -16,7 +16,7 @@ from shared.handlers.api import HandlerError, HandlerRegistry, HandlerSpec, JobC
 from shared.storage import job_store
 from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
-from worker_service.background_loops import listen_for_work, rescue_leases
+from worker_service.background_loops import apply_retention, listen_for_work, rescue_leases
 from worker_service.completion_batcher import CompletionBatcher
 from worker_service.metrics import WorkerMetrics
 from worker_service.receipt_book import DatabaseReceiptBook
@@ -100,6 +100,13 @@ class Worker:
                 listen_for_work(self._settings.database_url, self.wake, self._stop_notified), name="wakeup-listener"
             ),
         ]
+        if self._settings.retention_seconds > 0:
+            background.append(asyncio.create_task(
+                apply_retention(
+                    self._db, self._settings.retention_seconds, self._settings.retention_interval_seconds
+                ),
+                name="retention",
+            ))
         for task in background:
             task.add_done_callback(self._on_background_done)
         stop_waiter = asyncio.create_task(stop.wait())
