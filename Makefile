@@ -29,8 +29,9 @@ $(VENV_STAMP): pyproject.toml
 	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
-generate: venv ## Regenerate the gRPC stubs in proto/jobs/v1 from the .proto files
+generate: venv ## Regenerate the gRPC stubs in proto/jobs/v1 and docs/API.md from the .proto files
 	PYTHON=$(VENV_PYTHON) scripts/generate_stubs.sh
+	$(VENV_PYTHON) scripts/api_docs.py
 
 lint: venv ## ruff, and import-linter's layer contracts from pyproject.toml
 	$(VENV)/bin/ruff check .

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -13,9 +18,13 @@ from google.rpc import error_details_pb2, status_pb2
 from jobs.v1 import jobs_pb2
 from jobsctl.__main__ import main
 from jobsctl.arguments import UsageError, build_parser, list_request, submit_request
-from jobsctl.commands import Console
-from jobsctl.rendering import job_text, jobs_table, message_json, parse_state
+from jobsctl.commands import COMMANDS, Console
+from jobsctl.dev import run_dev
+from jobsctl.rendering import events_table, job_text, jobs_table, message_json, parse_state, transition_line
 from jobsctl.rpc_errors import describe
+from jobsctl.watch import EXIT_BY_SETTLED_STATE, StatusLine, follow
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -246,3 +255,191 @@ def test_details_that_contradict_the_status_line_are_ignored() -> None:
     error._message = "something else"
     assert describe(error).as_text() == "error: NOT_FOUND: something else"
 
+
+
+def test_lifecycle_commands_parse() -> None:
+    assert _parse("watch", "j", "--after-sequence", "4", "--max-wait", "2").after_sequence == 4
+    assert _parse("cancel", "j", "--reason", "r").reason == "r"
+    retry = _parse("retry", "j", "--accept-duplicate-risk")
+    assert (retry.accept_duplicate_risk, retry.reason) == (True, "")
+    assert _parse("events", "j").job_id == "j"
+    assert _parse("dev").command == "dev"
+
+
+def test_transition_lines_say_what_a_person_needs_next() -> None:
+    waiting = _job(state=jobs_pb2.JOB_STATE_RETRY_WAIT, sequence=3, attempts=1, max_attempts=3)
+    waiting.run_after.CopyFrom(timestamp_pb2.Timestamp(seconds=1_700_000_060))
+    waiting.last_error.CopyFrom(jobs_pb2.JobError(category=jobs_pb2.ERROR_CATEGORY_RETRYABLE, message="timeout"))
+    assert transition_line(waiting, 61.25) == (
+        "  1:01.2  #3    RETRY_WAIT       attempt 1 of 3  next attempt at 2023-11-14T22:14:20Z"
+        "  last error RETRYABLE: timeout"
+    )
+    running = _job(state=jobs_pb2.JOB_STATE_RUNNING, cancel_requested=True)
+    assert transition_line(running, 0).endswith("cancel requested")
+
+
+def test_events_table_has_one_row_per_transition() -> None:
+    events = [
+        jobs_pb2.JobEvent(sequence=1, to_state=jobs_pb2.JOB_STATE_PENDING, actor="tenant:acme"),
+        jobs_pb2.JobEvent(
+            sequence=2, from_state=jobs_pb2.JOB_STATE_PENDING, to_state=jobs_pb2.JOB_STATE_RUNNING,
+            attempt=1, fencing_token=7, actor="worker:w1", reason="claimed",
+        ),
+    ]  # fmt: skip
+    lines = events_table(events).splitlines()
+    assert lines[0].split() == ["SEQ", "AT", "FROM", "TO", "ATTEMPT", "FENCING", "ACTOR", "REASON"]
+    assert lines[1].split() == ["1", "-", "-", "PENDING", "0", "0", "tenant:acme"]
+    assert lines[2].split() == ["2", "-", "PENDING", "RUNNING", "1", "7", "worker:w1", "claimed"]
+
+
+class _Stream:
+    """A WatchJob call: yields its jobs, then raises `error` if given."""
+
+    def __init__(self, jobs: list[jobs_pb2.Job], error: grpc.RpcError | None = None) -> None:
+        self._jobs, self._error = jobs, error
+        self.cancelled = False
+
+    def __iter__(self):
+        yield from self._jobs
+        if self._error is not None:
+            raise self._error
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _WatchStub:
+    def __init__(self, streams: list[_Stream]) -> None:
+        self._streams = streams
+        self.requests: list[jobs_pb2.WatchJobRequest] = []
+
+    def WatchJob(self, request, timeout, metadata):  # noqa: N802 - the generated stub's name
+        self.requests.append(request)
+        return self._streams.pop(0)
+
+
+def _state(state: int, sequence: int) -> jobs_pb2.Job:
+    return jobs_pb2.Job(job_id="j", state=state, sequence=sequence)
+
+
+def test_follow_resumes_after_a_dropped_stream_from_the_last_sequence(monkeypatch) -> None:
+    monkeypatch.setattr("jobsctl.watch.RESUME_BACKOFF_SECONDS", (0,) * 5)
+    dropped = _Stream(
+        [_state(jobs_pb2.JOB_STATE_PENDING, 1), _state(jobs_pb2.JOB_STATE_RUNNING, 2)],
+        _FakeRpcError(grpc.StatusCode.UNAVAILABLE, "server restarting"),
+    )
+    stub = _WatchStub([dropped, _Stream([_state(jobs_pb2.JOB_STATE_SUCCEEDED, 3)])])
+    seen = [job.sequence for job in follow(stub, "j", ())]
+    assert seen == [1, 2, 3]
+    assert [r.after_sequence for r in stub.requests] == [0, 2]
+    assert dropped.cancelled
+
+
+def test_follow_stops_at_outcome_unknown_and_does_not_retry_a_refusal(monkeypatch) -> None:
+    stub = _WatchStub([_Stream([_state(jobs_pb2.JOB_STATE_OUTCOME_UNKNOWN, 4), _state(jobs_pb2.JOB_STATE_PENDING, 5)])])
+    assert [job.sequence for job in follow(stub, "j", ())] == [4]
+    refused = _WatchStub([_Stream([], _FakeRpcError(grpc.StatusCode.NOT_FOUND, "no such job"))])
+    with pytest.raises(grpc.RpcError):
+        list(follow(refused, "j", ()))
+
+
+def test_follow_gives_up_after_repeated_failures(monkeypatch) -> None:
+    monkeypatch.setattr("jobsctl.watch.RESUME_BACKOFF_SECONDS", (0,) * 5)
+    down = [_Stream([], _FakeRpcError(grpc.StatusCode.UNAVAILABLE, "down")) for _ in range(6)]
+    with pytest.raises(grpc.RpcError):
+        list(follow(_WatchStub(down), "j", ()))
+
+
+def test_each_settled_state_has_its_exit_code() -> None:
+    assert EXIT_BY_SETTLED_STATE == {
+        jobs_pb2.JOB_STATE_SUCCEEDED: 0,
+        jobs_pb2.JOB_STATE_FAILED: 6,
+        jobs_pb2.JOB_STATE_CANCELLED: 7,
+        jobs_pb2.JOB_STATE_SUPERSEDED: 7,
+        jobs_pb2.JOB_STATE_OUTCOME_UNKNOWN: 8,
+    }
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_status_line_redraws_in_place_and_clears_itself() -> None:
+    out = _Terminal()
+    ticks = iter(range(1000))
+    with StatusLine(out, enabled=True, clock=lambda: float(next(ticks))) as status:
+        status.transition(_state(jobs_pb2.JOB_STATE_RUNNING, 2))
+        deadline = time.monotonic() + 5
+        while "RUNNING for" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    text = out.getvalue()
+    assert "#2" in text and "\r\033[K" in text and "RUNNING for" in text
+    assert text.endswith("\r\033[K")
+
+
+def test_status_line_draws_nothing_but_transitions_off_a_terminal() -> None:
+    out = io.StringIO()
+    with StatusLine(out, enabled=False) as status:
+        status.transition(_state(jobs_pb2.JOB_STATE_PENDING, 1))
+    assert "\r" not in out.getvalue() and out.getvalue().count("\n") == 1
+
+
+def test_dev_runs_the_make_run_script_in_place_of_jobsctl() -> None:
+    calls = []
+    assert run_dev(io.StringIO(), exec_program=lambda path, argv: calls.append((path, argv))) == 2
+    ((path, argv),) = calls
+    assert path == sys.executable
+    assert argv == [sys.executable, str(REPO_ROOT / "scripts" / "dev_stack.py")]
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert "$(VENV_PYTHON) scripts/dev_stack.py" in makefile, "`jobsctl dev` and `make run` run the same script"
+
+
+def test_dev_without_a_source_checkout_says_so(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr("jobsctl.dev.DEV_STACK_SCRIPT", tmp_path / "absent.py")
+    err = io.StringIO()
+    assert run_dev(err, exec_program=lambda *_: pytest.fail("must not exec")) == 2
+    assert "source checkout" in err.getvalue()
+
+
+DOCUMENTED_IN = ("README.md", "docs/RUNBOOK.md", "docs/GUARANTEES.md", "docs/SCALING.md", "docs/ARCHITECTURE.md")
+
+
+def _code_snippets(text: str) -> list[str]:
+    """Lines of fenced code blocks (shell comments cut off) and inline code spans elsewhere."""
+    snippets, fenced = [], False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif fenced:
+            snippets.append(re.split(r"\s#\s", line, maxsplit=1)[0])
+        else:
+            snippets += re.findall(r"`([^`]+)`", line)
+    return snippets
+
+
+def _documented_command_lines() -> list[tuple[str, list[str]]]:
+    """Every `jobsctl ...` command line in the docs' code, cut at the end of its shell command."""
+    found = []
+    for name in DOCUMENTED_IN:
+        for snippet in _code_snippets((REPO_ROOT / name).read_text()):
+            for match in re.finditer(r"jobsctl((?: [^|;&)]*)?)", snippet):
+                words = shlex.split(match.group(1).rstrip(" \\"))
+                if words:
+                    found.append((name, words))
+    return found
+
+
+def test_every_jobsctl_command_in_the_docs_parses() -> None:
+    commands = _documented_command_lines()
+    assert {words[0] for _, words in commands if not words[0].startswith("-")} >= {
+        "submit", "get", "result", "list", "watch", "events", "cancel", "retry", "dev",
+    }  # fmt: skip
+    names = set(COMMANDS) | {"dev"}
+    for name, words in commands:
+        if len(words) == 1 and words[0] in names:  # prose naming a command, like `jobsctl get`
+            continue
+        try:
+            _parse(*words)
+        except SystemExit:
+            pytest.fail(f"{name}: `jobsctl {' '.join(words)}` does not parse")

@@ -90,19 +90,24 @@ class JobServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def SubmitJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Answers OK only after the job is committed. UNAVAILABLE or DEADLINE_EXCEEDED may come after the
+        commit: resubmit with the same idempotency_key to get the same job. Same key, different request:
+        ALREADY_EXISTS.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SubmitJobs(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Many submissions in one call, all or nothing.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The job's current state. Another tenant's job and a missing one are both NOT_FOUND.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -115,37 +120,46 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CancelJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """PENDING, BLOCKED or RETRY_WAIT: CANCELLED at once. RUNNING: cancel_requested is set, the worker
+        stops at its next heartbeat and a late completion is refused. Terminal: FAILED_PRECONDITION.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RetryJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Runs a FAILED, CANCELLED or OUTCOME_UNKNOWN job again, recorded with who and why; OUTCOME_UNKNOWN
+        needs accept_duplicate_risk. The next lease's fencing token is higher than every earlier one.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetJobResult(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The stored result of a SUCCEEDED job; any other state is FAILED_PRECONDITION.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetLatestResult(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The result of the resource key's highest submitted version, only once that version succeeded;
+        never an older version's result.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListJobs(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """This tenant's jobs, newest first, filtered and paginated with page_token.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListJobEvents(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The job's recorded transitions, oldest first, paginated with page_token.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -65,25 +65,31 @@ class WorkerServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Heartbeat(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Extends many leases in one call and says, per lease, whether it is still held and whether a cancel
+        was requested or the job was superseded.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CompleteJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Stores the result if the fencing token is the job's current lease; otherwise FAILED_PRECONDITION.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def CompleteJobs(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Many completions in one call, each with its own outcome.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def FailJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Reports a failed attempt with its category: retryable (backoff, then again), permanent (FAILED) or
+        outcome unknown (OUTCOME_UNKNOWN, for a person to decide).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
