@@ -102,6 +102,12 @@ def jobs_table(jobs: list[jobs_pb2.Job]) -> str:
     return _table(rows)
 
 
+# The states a failed attempt leads to: only there is last_error the reason for the line.
+_STATES_ENDED_BY_AN_ERROR = frozenset(
+    {jobs_pb2.JOB_STATE_RETRY_WAIT, jobs_pb2.JOB_STATE_FAILED, jobs_pb2.JOB_STATE_OUTCOME_UNKNOWN}
+)
+
+
 def transition_line(job: jobs_pb2.Job, elapsed_seconds: float) -> str:
     """One line per state the job reached, for `watch`: when (since watching began), sequence, state,
     attempt, and what a person needs next (the error, the next attempt's time, a pending cancel)."""
@@ -113,7 +119,7 @@ def transition_line(job: jobs_pb2.Job, elapsed_seconds: float) -> str:
     ]
     if job.state == jobs_pb2.JOB_STATE_RETRY_WAIT:
         parts.append(f"next attempt at {timestamp_text(job, 'run_after')}")
-    if job.HasField("last_error") and job.state != jobs_pb2.JOB_STATE_SUCCEEDED:
+    if job.HasField("last_error") and job.state in _STATES_ENDED_BY_AN_ERROR:
         parts.append(f"last error {_error_text(job)}")
     if job.cancel_requested and job.state == jobs_pb2.JOB_STATE_RUNNING:
         parts.append("cancel requested")

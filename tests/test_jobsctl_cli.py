@@ -276,6 +276,9 @@ def test_transition_lines_say_what_a_person_needs_next() -> None:
     )
     running = _job(state=jobs_pb2.JOB_STATE_RUNNING, cancel_requested=True)
     assert transition_line(running, 0).endswith("cancel requested")
+    # A later attempt's RUNNING line is not about the earlier attempt's error.
+    running.last_error.CopyFrom(waiting.last_error)
+    assert "last error" not in transition_line(running, 0)
 
 
 def test_events_table_has_one_row_per_transition() -> None:
