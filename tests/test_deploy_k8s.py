@@ -135,6 +135,14 @@ def test_every_variable_set_is_one_the_settings_read(overlay: str, tmp_path: Pat
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
+def test_api_and_workers_load_the_same_job_kinds(overlay: str, tmp_path: Path) -> None:
+    manifests = render(overlay)
+    api_settings, _, _ = _api_settings(manifests, tmp_path)
+    worker_settings, _ = _worker_settings(manifests)
+    assert api_settings.handler_modules == worker_settings.handler_modules, "a kind the API accepts must run"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_api_probes_use_the_listen_port_and_distinct_health_services(overlay: str, tmp_path: Path) -> None:
     manifests = render(overlay)
     settings, _, _ = _api_settings(manifests, tmp_path)
@@ -294,5 +302,8 @@ def test_pods_are_non_root_read_only_and_bounded(overlay: str) -> None:
         }
         resources = container["resources"]
         assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}, name
+        if kind == "Deployment":
+            scratch = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}["/tmp"]
+            assert "emptyDir" in next(v for v in spec["volumes"] if v["name"] == scratch)
     account = find(manifests, "ServiceAccount", "durable-jobs")
     assert account["automountServiceAccountToken"] is False
