@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from api_service.queue_gauges import QueueGaugeCollector
 from shared.domain.jobs import ReportOutcome
@@ -49,11 +49,60 @@ class ReportMetrics:
         self.fenced_rejections.labels(outcome.name).inc()
 
 
+class ResultCacheMetrics:
+    """The result cache of this replica. `read` is job_result, latest_result or resource_head."""
+
+    READS = ("job_result", "latest_result", "resource_head")
+    LOOKUP_OUTCOMES = ("hit", "miss", "coalesced", "rejected")
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry = registry or CollectorRegistry()
+        self.lookups = Counter(
+            "jobs_result_cache_lookups_total",
+            "Result reads by outcome: hit (answered from the cache), miss (started a database read), coalesced"
+            " (waited for a read already under way), rejected (too many distinct reads under way).",
+            ["read", "outcome"], registry=registry,
+        )
+        self.loads = Counter(
+            "jobs_result_cache_loads_total", "Database reads made behind the result cache.", ["read"],
+            registry=registry,
+        )
+        self.evictions = Counter(
+            "jobs_result_cache_evictions_total",
+            "Entries dropped: capacity (the entry or byte bound) or expired (the TTL).", ["reason"], registry=registry,
+        )
+        self.entries = Gauge("jobs_result_cache_entries", "Entries the result cache holds.", registry=registry)
+        self.bytes = Gauge(
+            "jobs_result_cache_bytes", "Bytes the result cache holds: payloads plus a fixed estimate per entry.",
+            registry=registry,
+        )
+        for read in self.READS:
+            self.loads.labels(read)
+            for outcome in self.LOOKUP_OUTCOMES:
+                self.lookups.labels(read, outcome)
+        for reason in ("capacity", "expired"):
+            self.evictions.labels(reason)
+
+    def lookup(self, read: str, outcome: str) -> None:
+        self.lookups.labels(read, outcome).inc()
+
+    def loaded(self, read: str) -> None:
+        self.loads.labels(read).inc()
+
+    def evicted(self, reason: str, count: int) -> None:
+        self.evictions.labels(reason).inc(count)
+
+    def held(self, entries: int, size_bytes: int) -> None:
+        self.entries.set(entries)
+        self.bytes.set(size_bytes)
+
+
 class ApiMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.rpc = RpcMetrics(self.registry)
         self.reports = ReportMetrics(self.registry)
+        self.result_cache = ResultCacheMetrics(self.registry)
         self.queue = QueueGaugeCollector()
         self.registry.register(self.queue)
 

@@ -18,6 +18,7 @@ from api_service.job_servicer import JobServicer
 from api_service.metrics import ApiMetrics
 from api_service.principals import PrincipalDirectory
 from api_service.queue_gauges import QueueGaugeRefresher
+from api_service.result_cache import ResultCache
 from api_service.settings import ApiSettings
 from api_service.usecases.job_queries import JobQueries
 from api_service.usecases.job_watch import JobWatch
@@ -62,7 +63,10 @@ async def serve(settings: ApiSettings) -> None:
     hub = JobChangeHub(settings.database_url)
     jobs_pb2_grpc.add_JobServiceServicer_to_server(
         JobServicer(
-            SubmissionService(db, registry, settings.limits), JobQueries(db), JobLifecycle(db), JobWatch(db, hub)
+            SubmissionService(db, registry, settings.limits, dedupe_window_seconds=settings.dedupe_window_seconds),
+            JobQueries(db, ResultCache(settings.result_cache, metrics.result_cache)),
+            JobLifecycle(db),
+            JobWatch(db, hub),
         ),
         server,
     )

@@ -7,7 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from api_service.queue_gauges import FAILED_WINDOW_SECONDS_DEFAULT, REFRESH_SECONDS_DEFAULT
-from shared.domain.submission_rules import PAYLOAD_LIMIT_BYTES_DEFAULT, SubmissionLimits
+from api_service.result_cache import ResultCacheLimits
+from shared.domain.submission_rules import (
+    DEDUPE_WINDOW_SECONDS_DEFAULT,
+    PAYLOAD_LIMIT_BYTES_DEFAULT,
+    SubmissionLimits,
+)
 from shared.env_settings import SettingsError, env_float, env_int, env_list, env_optional, env_str
 from shared.metric_labels import TENANT_LIMIT_DEFAULT
 
@@ -35,6 +40,9 @@ class ApiSettings:
     shutdown_grace_seconds: float
     health_interval_seconds: float
     log_level: str
+    result_cache: ResultCacheLimits
+    # How long a SUCCEEDED job still takes in identical submissions that ask for de-duplication.
+    dedupe_window_seconds: float
 
     @property
     def grpc_max_message_bytes(self) -> int:
@@ -67,4 +75,21 @@ class ApiSettings:
             shutdown_grace_seconds=env_float(env, "JOBS_SHUTDOWN_GRACE_SECONDS", 10.0),
             health_interval_seconds=env_float(env, "JOBS_HEALTH_INTERVAL_SECONDS", 1.0, minimum=0.1),
             log_level=env_str(env, "JOBS_LOG_LEVEL", "INFO").upper(),
+            result_cache=_result_cache_limits(env),
+            dedupe_window_seconds=env_float(
+                env, "JOBS_DEDUPE_WINDOW_SECONDS", DEDUPE_WINDOW_SECONDS_DEFAULT, minimum=0.0
+            ),
         )
+
+
+def _result_cache_limits(env: Mapping[str, str]) -> ResultCacheLimits:
+    """JOBS_RESULT_CACHE_MAX_ENTRIES=0 keeps nothing (concurrent reads of one key are still shared)."""
+    default = ResultCacheLimits()
+    return ResultCacheLimits(
+        max_entries=env_int(env, "JOBS_RESULT_CACHE_MAX_ENTRIES", default.max_entries),
+        max_bytes=env_int(env, "JOBS_RESULT_CACHE_MAX_BYTES", default.max_bytes),
+        ttl_seconds=env_float(env, "JOBS_RESULT_CACHE_TTL_SECONDS", default.ttl_seconds, minimum=0.001),
+        max_loads_in_flight=env_int(
+            env, "JOBS_RESULT_CACHE_MAX_LOADS_IN_FLIGHT", default.max_loads_in_flight, minimum=1
+        ),
+    )

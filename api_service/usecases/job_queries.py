@@ -1,7 +1,12 @@
-"""Reading a tenant's jobs and results. Another tenant's job is indistinguishable from no job."""
+"""Reading a tenant's jobs and results. Another tenant's job is indistinguishable from no job.
+
+Results are answered through this replica's ResultCache: a stored result never changes, so it is kept by
+(tenant, job id); a latest result is kept by (tenant, resource key, version), the version read afresh for
+every request. The tenant comes from the credential, so one tenant's entry is never another's."""
 
 from __future__ import annotations
 
+from api_service.result_cache import ResultCache, ResultCacheLimits
 from shared.domain.errors import FailedPrecondition, FieldViolation, InvalidArgument, NotFound, ViolationCollector
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Job, JobEvent, JobPage, JobResult, ListFilter, PageCursor
@@ -11,11 +16,24 @@ from shared.storage.database import Database
 
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZE_MAX = 500
+# What an entry costs beyond its payload: the key, the result (and job) records, the cache's own links.
+# Measured with tracemalloc: about 0.6 KiB for a job's result, 1.2 KiB for a latest result with its job.
+ENTRY_OVERHEAD_BYTES = 2048
+
+
+def _result_bytes(result: JobResult) -> int:
+    return len(result.payload) + ENTRY_OVERHEAD_BYTES
+
+
+def _latest_bytes(answer: tuple[Job, JobResult]) -> int:
+    job, result = answer
+    return _result_bytes(result) + sum(len(k) + len(v) for k, v in job.labels.items())
 
 
 class JobQueries:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, results: ResultCache | None = None) -> None:
         self._db = db
+        self._results = results or ResultCache(ResultCacheLimits())
 
     async def get_job(self, tenant: TenantId, job_id: JobId) -> Job:
         check_job_id(job_id)
@@ -26,7 +44,14 @@ class JobQueries:
         return job
 
     async def get_result(self, tenant: TenantId, job_id: JobId) -> JobResult:
+        """Only a stored result is cached; "no such job" and "not ready yet" are read every time."""
         check_job_id(job_id)
+        return await self._results.get(
+            ("job", tenant, job_id), lambda: self._read_result(tenant, job_id), size_of=_result_bytes,
+            read="job_result",
+        )
+
+    async def _read_result(self, tenant: TenantId, job_id: JobId) -> JobResult:
         async with self._db.transaction() as conn:
             found = await job_store.get_result(conn, tenant, job_id)
         if found is None:
@@ -56,26 +81,43 @@ class JobQueries:
             return await job_store.list_jobs(conn, tenant, filters, after, page_size or PAGE_SIZE_DEFAULT)
 
     async def latest_result(self, tenant: TenantId, resource_key: str) -> tuple[Job, JobResult]:
-        """The result of the highest version submitted for the key, only if that version succeeded."""
+        """The result of the highest version submitted for the key, only if that version succeeded.
+        The version is read after the call began, and the answer is looked up under that version only."""
         violations = ViolationCollector()
         if not resource_key:
             violations.add("resource_key", "is required")
         check_text(violations, "resource_key", resource_key, SubmissionLimits().max_resource_key_chars)
         violations.raise_if_any()
+        version = await self._results.read_fresh(
+            ("head", tenant, resource_key), lambda: self._read_head(tenant, resource_key), read="resource_head"
+        )
+        return await self._results.get(
+            ("version", tenant, resource_key, version),
+            lambda: self._read_version_result(tenant, resource_key, version),
+            size_of=_latest_bytes,
+            read="latest_result",
+        )
+
+    async def _read_head(self, tenant: TenantId, resource_key: str) -> int:
         async with self._db.transaction() as conn:
-            latest = await job_store.latest_result(conn, tenant, resource_key)
-            if latest is None or latest.job_id is None:
-                raise NotFound("no job was submitted for this resource key")
-            job = await job_store.get_job(conn, tenant, latest.job_id)
-        assert job is not None
-        if latest.result is None:
+            version = await job_store.resource_head(conn, tenant, resource_key)
+        if version is None:
+            raise NotFound("no job was submitted for this resource key")
+        return version
+
+    async def _read_version_result(self, tenant: TenantId, resource_key: str, version: int) -> tuple[Job, JobResult]:
+        async with self._db.transaction() as conn:
+            found = await job_store.result_for_version(conn, tenant, resource_key, version)
+        if found is None:
+            raise NotFound("no job was submitted for this resource key")
+        job, result = found
+        if result is None:
             raise FailedPrecondition(
-                f"version {latest.resource_version} has no result yet: its job is {job.state.value}",
+                f"version {version} has no result yet: its job is {job.state.value}",
                 reason="RESULT_NOT_READY",
-                metadata={"resource_version": str(latest.resource_version), "state": job.state.value,
-                          "job_id": job.job_id},
+                metadata={"resource_version": str(version), "state": job.state.value, "job_id": job.job_id},
             )
-        return job, latest.result
+        return job, result
 
     async def list_events(
         self, tenant: TenantId, job_id: JobId, after_sequence: int, page_size: int

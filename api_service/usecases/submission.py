@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 from api_service.usecases.group_commit import GroupCommitter
 from shared.domain.errors import AlreadyExists, FieldViolation, InvalidArgument, Unavailable
-from shared.domain.idempotency import request_digest
+from shared.domain.idempotency import input_digest, request_digest
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import ErrorCategory, Job, JobError, JobState, NewJob, SubmitOutcome
-from shared.domain.submission_rules import SubmissionLimits, validate_new_job
+from shared.domain.submission_rules import DEDUPE_WINDOW_SECONDS_DEFAULT, SubmissionLimits, validate_new_job
 from shared.handlers.api import HandlerRegistry
 from shared.json_logging import job_fields
 from shared.storage import job_store
@@ -22,10 +22,14 @@ _ENDED_BADLY = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.SUPERSED
 
 
 class SubmissionService:
-    def __init__(self, db: Database, registry: HandlerRegistry, limits: SubmissionLimits) -> None:
+    def __init__(
+        self, db: Database, registry: HandlerRegistry, limits: SubmissionLimits, *,
+        dedupe_window_seconds: float = DEDUPE_WINDOW_SECONDS_DEFAULT,
+    ) -> None:
         self._db = db
         self._registry = registry
         self._limits = limits
+        self._dedupe_window_seconds = dedupe_window_seconds
         self._group: GroupCommitter[tuple[SubmitOutcome, list[JobId]]] = GroupCommitter(db)
 
     async def submit(self, tenant: TenantId, actor: str, job: NewJob) -> SubmitOutcome:
@@ -76,6 +80,14 @@ class SubmissionService:
             existing = await job_store.get_by_idempotency_key(conn, tenant, job.idempotency_key)
             if existing is not None:
                 return _replay(*existing, digest), []
+        dedupe_digest = input_digest(job) if job.dedupe_by_input else None
+        if dedupe_digest is not None:
+            await job_store.lock_input(conn, tenant, job, dedupe_digest)
+            attached = await job_store.find_attachable(
+                conn, tenant, job, dedupe_digest, window_seconds=self._dedupe_window_seconds
+            )
+            if attached is not None:
+                return SubmitOutcome(attached, False), []
         spec = self._registry.get(job.kind)
         assert spec is not None  # validation admitted only registered kinds
         state, error, reason = JobState.PENDING, None, "submitted"
@@ -94,6 +106,7 @@ class SubmissionService:
             backoff_base_seconds=spec.backoff_base_seconds,
             backoff_cap_seconds=spec.backoff_cap_seconds,
             request_digest=digest,
+            input_digest=dedupe_digest,
             state=state,
             error=error,
             reason=reason,

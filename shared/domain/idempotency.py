@@ -25,3 +25,8 @@ def request_digest(job: NewJob) -> bytes:
     }
     encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).digest()
+
+
+def input_digest(job: NewJob) -> bytes:
+    """What de-duplication by input compares besides tenant, kind and resource version: the payload."""
+    return hashlib.sha256(job.payload).digest()

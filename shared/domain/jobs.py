@@ -187,15 +187,6 @@ class Receipt:
         return self.confirmed_at is not None
 
 
-@dataclass(frozen=True)
-class LatestResult:
-    """GetLatestResult's answer: the highest version, its newest job and, if it succeeded, the result."""
-
-    resource_version: int
-    job_id: JobId | None
-    state: JobState | None
-    result: JobResult | None
-
 
 @dataclass(frozen=True)
 class ListFilter:

@@ -15,6 +15,8 @@ LABEL_KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 PAYLOAD_LIMIT_BYTES_DEFAULT = 1024 * 1024
 PRIORITY_RANGE = (-1000, 1000)
 MAX_ATTEMPTS_LIMIT = 100
+# How long a SUCCEEDED job still takes in an identical submission that asks for de-duplication.
+DEDUPE_WINDOW_SECONDS_DEFAULT = 600.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,9 @@ def validate_new_job(
         v.add("priority", f"must be between {PRIORITY_RANGE[0]} and {PRIORITY_RANGE[1]}")
     if not 0 <= job.max_attempts <= MAX_ATTEMPTS_LIMIT:
         v.add("max_attempts", f"must be between 0 (the kind's default) and {MAX_ATTEMPTS_LIMIT}")
+    if job.dedupe_by_input and job.idempotency_key is not None:
+        # A submission that attaches to another job stores no key, so a replay could not promise that job.
+        v.add("dedupe_by_input", "cannot be combined with idempotency_key")
     _check_resource(v, job, limits)
     _check_dependencies(v, job, limits)
     _check_labels(v, job.labels, limits)

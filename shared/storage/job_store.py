@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Sequence
@@ -24,7 +25,6 @@ from shared.domain.jobs import (
     JobResult,
     JobState,
     LeaseRef,
-    LatestResult,
     LeaseStatus,
     ListFilter,
     NewJob,
@@ -50,6 +50,8 @@ class InsertParams:
     state: JobState = JobState.PENDING
     error: JobError | None = None
     reason: str = "submitted"
+    # Set for a submission that asked for de-duplication by input (idempotency.input_digest).
+    input_digest: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ async def insert_job(conn: Connection, new: NewJob, params: InsertParams) -> Job
             "backoff_cap_seconds": params.backoff_cap_seconds,
             "idempotency_key": new.idempotency_key,
             "request_digest": params.request_digest,
+            "input_digest": params.input_digest,
             "resource_key": new.resource_key,
             "resource_version": new.resource_version,
             "depends_on": list(new.depends_on),
@@ -223,18 +226,58 @@ async def reopen(
     return job_from_row(row) if row else None
 
 
-async def latest_result(conn: Connection, tenant: TenantId, resource_key: str) -> LatestResult | None:
-    """None when the tenant never submitted a job for the key."""
-    cur = await conn.execute(queries.RESULT_LATEST_FOR_RESOURCE, {"tenant": tenant, "resource_key": resource_key})
+async def resource_head(conn: Connection, tenant: TenantId, resource_key: str) -> int | None:
+    """The highest version submitted for the key; None when the tenant never submitted one."""
+    cur = await conn.execute(queries.RESOURCE_HEAD_GET, {"tenant": tenant, "resource_key": resource_key})
+    row = await cur.fetchone()
+    return row["latest_version"] if row else None
+
+
+async def result_for_version(
+    conn: Connection, tenant: TenantId, resource_key: str, resource_version: int
+) -> tuple[Job, JobResult | None] | None:
+    """The version's succeeded job and its result, else its newest job and None; None without a job."""
+    cur = await conn.execute(
+        queries.RESULT_FOR_RESOURCE_VERSION,
+        {"tenant": tenant, "resource_key": resource_key, "resource_version": resource_version},
+    )
     row = await cur.fetchone()
     if row is None:
         return None
-    job_id = JobId(str(row["job_id"])) if row["job_id"] else None
-    result = None
-    if job_id and row["payload"] is not None:
-        result = JobResult(job_id, bytes(row["payload"]), row["attempt"], FencingToken(row["fencing_token"]),
-                           row["created_at"])
-    return LatestResult(row["latest_version"], job_id, JobState(row["state"]) if row["state"] else None, result)
+    job = job_from_row(row)
+    if row["result_payload"] is None:
+        return job, None
+    result = JobResult(job.job_id, bytes(row["result_payload"]), row["result_attempt"],
+                       FencingToken(row["result_fencing_token"]), row["result_created_at"])
+    return job, result
+
+
+async def lock_input(conn: Connection, tenant: TenantId, new: NewJob, input_digest: bytes) -> None:
+    """Holds, until commit, the lock of one input: identical submissions asking for de-duplication
+    decide one after another, so concurrent ones attach to the same job."""
+    identity = json.dumps([tenant, new.kind, input_digest.hex(), new.resource_key, new.resource_version])
+    # Two different inputs sharing a key only wait for each other, which is harmless.
+    lock_key = int.from_bytes(hashlib.sha256(identity.encode()).digest()[:8], "big", signed=True)
+    await conn.execute(queries.JOB_INPUT_LOCK, {"lock_key": lock_key})
+
+
+async def find_attachable(
+    conn: Connection, tenant: TenantId, new: NewJob, input_digest: bytes, *, window_seconds: float
+) -> Job | None:
+    """The job an identical submission attaches to (docs/API.md, de-duplication by input), if any."""
+    cur = await conn.execute(
+        queries.JOB_FIND_ATTACHABLE,
+        {
+            "tenant": tenant,
+            "kind": new.kind,
+            "input_digest": input_digest,
+            "resource_key": new.resource_key,
+            "resource_version": new.resource_version,
+            "window_seconds": window_seconds,
+        },
+    )
+    row = await cur.fetchone()
+    return job_from_row(row) if row else None
 
 
 async def list_events(

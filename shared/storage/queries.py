@@ -18,6 +18,8 @@ JOB_CANCEL = _jobs.pop("job_cancel")
 JOB_LOCK_FOR_RETRY = _jobs.pop("job_lock_for_retry")
 JOB_RETRY = _jobs.pop("job_retry")
 JOB_GET_BY_IDEMPOTENCY_KEY = _jobs.pop("job_get_by_idempotency_key")
+JOB_INPUT_LOCK = _jobs.pop("job_input_lock")
+JOB_FIND_ATTACHABLE = _jobs.pop("job_find_attachable")
 JOB_GET = _jobs.pop("job_get")
 JOB_LIST = _jobs.pop("job_list")
 JOB_CLAIM_BATCH = _jobs.pop("job_claim_batch")
@@ -30,7 +32,8 @@ JOB_FAIL = _jobs.pop("job_fail")
 JOB_RELEASE = _jobs.pop("job_release")
 
 RESULT_GET = _results.pop("result_get")
-RESULT_LATEST_FOR_RESOURCE = _results.pop("result_latest_for_resource")
+RESOURCE_HEAD_GET = _results.pop("resource_head_get")
+RESULT_FOR_RESOURCE_VERSION = _results.pop("result_for_resource_version")
 
 EVENT_LIST = _events.pop("event_list")
 

@@ -4,13 +4,13 @@
 -- name: job_insert
 -- Stores one submission in the state the use-case decided; with a reused idempotency key it inserts nothing.
 INSERT INTO jobs (tenant, kind, state, payload, priority, run_after, deadline, max_attempts, retry_budget,
-                  backoff_base_seconds, backoff_cap_seconds, idempotency_key, request_digest,
+                  backoff_base_seconds, backoff_cap_seconds, idempotency_key, request_digest, input_digest,
                   resource_key, resource_version, depends_on, labels, finished_at,
                   last_error_category, last_error_message, transition_actor, transition_reason)
 VALUES (%(tenant)s, %(kind)s, %(state)s::job_state, %(payload)s, %(priority)s,
         coalesce(%(run_after)s::timestamptz, clock_timestamp()), %(deadline)s::timestamptz, %(max_attempts)s,
         %(max_attempts)s, %(backoff_base_seconds)s, %(backoff_cap_seconds)s, %(idempotency_key)s,
-        %(request_digest)s, %(resource_key)s, %(resource_version)s, %(depends_on)s::uuid[], %(labels)s::jsonb,
+        %(request_digest)s, %(input_digest)s, %(resource_key)s, %(resource_version)s, %(depends_on)s::uuid[], %(labels)s::jsonb,
         CASE WHEN %(state)s::job_state IN ('failed', 'superseded') THEN clock_timestamp() END,
         %(error_category)s::error_category, %(error_message)s, %(actor)s, %(reason)s)
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -68,6 +68,26 @@ SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at
        resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, request_digest
 FROM jobs
 WHERE tenant = %(tenant)s AND idempotency_key = %(idempotency_key)s;
+
+-- name: job_input_lock
+-- Serialises the submissions of one input (tenant, kind, payload, resource version) until commit.
+SELECT pg_advisory_xact_lock(%(lock_key)s);
+
+-- name: job_find_attachable
+-- The job an identical submission asking for de-duplication attaches to: one still waiting or running,
+-- else the newest that succeeded within the window. Reads jobs_dedupe_input_idx only.
+SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
+       finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels
+FROM jobs
+WHERE tenant = %(tenant)s AND kind = %(kind)s AND input_digest = %(input_digest)s
+  AND state IN ('pending', 'blocked', 'retry_wait', 'running', 'succeeded')
+  AND coalesce(finished_at, 'infinity') >= statement_timestamp() - make_interval(secs => %(window_seconds)s)
+  AND resource_key IS NOT DISTINCT FROM %(resource_key)s::text
+  AND resource_version IS NOT DISTINCT FROM %(resource_version)s::bigint
+  AND NOT cancel_requested
+ORDER BY coalesce(finished_at, 'infinity') DESC
+LIMIT 1;
 
 -- name: job_get
 -- One job of one tenant; no row when it is absent or another tenant's.
