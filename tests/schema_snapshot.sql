@@ -83,7 +83,6 @@ BEGIN
 END $$;
 
 CREATE TABLE public.job_events (
-    event_id bigint NOT NULL,
     job_id uuid NOT NULL,
     tenant text NOT NULL,
     sequence bigint NOT NULL,
@@ -94,15 +93,6 @@ CREATE TABLE public.job_events (
     actor text NOT NULL,
     reason text NOT NULL,
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
-);
-
-ALTER TABLE public.job_events ALTER COLUMN event_id ADD GENERATED ALWAYS AS IDENTITY (
-    SEQUENCE NAME public.job_events_event_id_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1
 );
 
 CREATE TABLE public.job_receipts (
@@ -182,10 +172,7 @@ CREATE TABLE public.schema_migrations (
 );
 
 ALTER TABLE ONLY public.job_events
-    ADD CONSTRAINT job_events_job_id_sequence_key UNIQUE (job_id, sequence);
-
-ALTER TABLE ONLY public.job_events
-    ADD CONSTRAINT job_events_pkey PRIMARY KEY (event_id);
+    ADD CONSTRAINT job_events_pkey PRIMARY KEY (job_id, sequence);
 
 ALTER TABLE ONLY public.job_receipts
     ADD CONSTRAINT job_receipts_pkey PRIMARY KEY (job_id, attempt, step);
@@ -205,6 +192,8 @@ ALTER TABLE ONLY public.schema_migrations
 CREATE INDEX jobs_blocked_depends_on_idx ON public.jobs USING gin (depends_on) WHERE (state = 'blocked'::public.job_state);
 
 CREATE INDEX jobs_dedupe_input_idx ON public.jobs USING btree (tenant, kind, input_digest, COALESCE(finished_at, 'infinity'::timestamp with time zone)) WHERE ((input_digest IS NOT NULL) AND (state = ANY (ARRAY['pending'::public.job_state, 'blocked'::public.job_state, 'retry_wait'::public.job_state, 'running'::public.job_state, 'succeeded'::public.job_state])));
+
+CREATE INDEX jobs_finished_idx ON public.jobs USING btree (finished_at) WHERE (state = ANY (ARRAY['succeeded'::public.job_state, 'failed'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state]));
 
 CREATE UNIQUE INDEX jobs_idempotency_key_idx ON public.jobs USING btree (tenant, idempotency_key) WHERE (idempotency_key IS NOT NULL);
 
@@ -232,11 +221,5 @@ CREATE TRIGGER jobs_record_update AFTER UPDATE ON public.jobs FOR EACH ROW WHEN 
 
 CREATE TRIGGER jobs_settle_dependents AFTER UPDATE OF state ON public.jobs FOR EACH ROW WHEN (((old.state IS DISTINCT FROM new.state) AND (new.state = ANY (ARRAY['succeeded'::public.job_state, 'failed'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])))) EXECUTE FUNCTION public.jobs_settle_dependents();
 
-ALTER TABLE ONLY public.job_events
-    ADD CONSTRAINT job_events_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
-
 ALTER TABLE ONLY public.job_receipts
     ADD CONSTRAINT job_receipts_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
-
-ALTER TABLE ONLY public.job_results
-    ADD CONSTRAINT job_results_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
