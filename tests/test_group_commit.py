@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from api_service.usecases.group_commit import GroupCommitter
+from api_service.usecases.group_commit import GroupCommitter, each_alone
 from api_service.usecases.submission import SubmissionService
 from shared.domain.errors import AlreadyExists, InvalidArgument
 from shared.domain.ids import TenantId
@@ -56,7 +56,7 @@ async def test_one_callers_refusal_does_not_touch_the_others_in_its_group(servic
 
 
 async def test_a_failed_statement_rolls_back_the_group_and_each_item_runs_alone(db, sync_db):
-    committer: GroupCommitter[str] = GroupCommitter(db, flushers=1)
+    committer: GroupCommitter = GroupCommitter(db, each_alone, flushers=1)
 
     def insert(tag: str):
         async def work(conn):

@@ -6,37 +6,43 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from shared.domain.errors import JobsError
 from shared.storage.database import Connection, Database
 
+K = TypeVar("K")
 T = TypeVar("T")
 BATCH_MAX_DEFAULT = 256
 FLUSHERS_DEFAULT = 4
 
+# Runs a group's items in one open transaction; per item a result, or the domain error refusing
+# that item alone. Database errors must propagate: they roll the whole group back.
+BatchWork = Callable[[Connection, Sequence[K]], Awaitable[list["T | JobsError"]]]
+
 
 @dataclass
-class _Item(Generic[T]):
-    work: Callable[[Connection], Awaitable[T]]
+class _Item(Generic[K, T]):
+    request: K
     outcome: asyncio.Future[T]
 
 
-class GroupCommitter(Generic[T]):
-    def __init__(self, db: Database, *, batch_max: int = BATCH_MAX_DEFAULT, flushers: int = FLUSHERS_DEFAULT):
+class GroupCommitter(Generic[K, T]):
+    def __init__(
+        self, db: Database, work: BatchWork, *, batch_max: int = BATCH_MAX_DEFAULT, flushers: int = FLUSHERS_DEFAULT
+    ) -> None:
         self._db = db
+        self._work = work
         self._batch_max = batch_max
         self._flushers_max = flushers
-        self._pending: deque[_Item[T]] = deque()
+        self._pending: deque[_Item[K, T]] = deque()
         self._flushers: set[asyncio.Task] = set()
 
-    async def run(self, work: Callable[[Connection], Awaitable[T]]) -> T:
-        """Runs `work` inside a shared transaction and returns once that transaction committed.
-        `work` may raise domain errors (only its own caller sees them); it must not swallow
-        database errors."""
-        item = _Item(work, asyncio.get_running_loop().create_future())
+    async def run(self, request: K) -> T:
+        """Returns once the transaction that carried `request` committed, or raises its refusal."""
+        item: _Item[K, T] = _Item(request, asyncio.get_running_loop().create_future())
         self._pending.append(item)
         if len(self._flushers) < self._flushers_max:
             # Detached from the caller: a caller that goes away must not abort the others' transaction.
@@ -50,16 +56,11 @@ class GroupCommitter(Generic[T]):
             batch = [self._pending.popleft() for _ in range(min(self._batch_max, len(self._pending)))]
             await self._flush(batch)
 
-    async def _flush(self, batch: list[_Item[T]]) -> None:
-        results: list[T | JobsError] = []
+    async def _flush(self, batch: list[_Item[K, T]]) -> None:
         body_done = False
         try:
             async with self._db.transaction() as conn:
-                for item in batch:
-                    try:
-                        results.append(await item.work(conn))
-                    except JobsError as error:  # a refusal of this item only; the transaction is intact
-                        results.append(error)
+                results = await self._work(conn, [item.request for item in batch])
                 body_done = True
         except JobsError as error:
             if body_done or len(batch) == 1:
@@ -75,6 +76,17 @@ class GroupCommitter(Generic[T]):
             _resolve(batch, [error] * len(batch))
             raise
         _resolve(batch, results)
+
+
+async def each_alone(conn: Connection, works: Sequence[Callable[[Connection], Awaitable[T]]]) -> list[T | JobsError]:
+    """BatchWork for independent closures: runs them one after another in the shared transaction."""
+    results: list[T | JobsError] = []
+    for work in works:
+        try:
+            results.append(await work(conn))
+        except JobsError as error:
+            results.append(error)
+    return results
 
 
 def _resolve(batch: list[_Item], results: list) -> None:

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 
 from api_service.usecases.group_commit import GroupCommitter
-from shared.domain.errors import AlreadyExists, FieldViolation, InvalidArgument, Unavailable
+from shared.domain.errors import AlreadyExists, FieldViolation, InvalidArgument, JobsError, Unavailable
 from shared.domain.idempotency import input_digest, request_digest
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import ErrorCategory, Job, JobError, JobState, NewJob, SubmitOutcome
@@ -18,6 +18,8 @@ from shared.storage import job_store
 from shared.storage.database import Connection, Database
 
 log = logging.getLogger(__name__)
+_Request = tuple[TenantId, str, NewJob]
+_Submitted = tuple[SubmitOutcome, list[JobId]]
 _ENDED_BADLY = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.SUPERSEDED})
 
 
@@ -30,12 +32,12 @@ class SubmissionService:
         self._registry = registry
         self._limits = limits
         self._dedupe_window_seconds = dedupe_window_seconds
-        self._group: GroupCommitter[tuple[SubmitOutcome, list[JobId]]] = GroupCommitter(db)
+        self._group: GroupCommitter[_Request, _Submitted] = GroupCommitter(db, self._submit_group)
 
     async def submit(self, tenant: TenantId, actor: str, job: NewJob) -> SubmitOutcome:
         """Shares a transaction with concurrent submissions (group commit); answers after COMMIT."""
         validate_new_job(job, limits=self._limits, known_kinds=self._registry.kinds())
-        outcome, superseded = await self._group.run(lambda conn: self._submit_one(conn, tenant, actor, job, ""))
+        outcome, superseded = await self._group.run((tenant, actor, job))
         _log_committed(actor, [(outcome, superseded)])
         return outcome
 
@@ -63,6 +65,27 @@ class SubmissionService:
         ordered = [submitted[i] for i in range(len(jobs))]
         _log_committed(actor, ordered)
         return [outcome for outcome, _ in ordered]
+
+    async def _submit_group(self, conn: Connection, requests: Sequence[_Request]) -> list[_Submitted | JobsError]:
+        """One group-commit transaction: plain submissions of one caller go in one statement each."""
+        results: list[_Submitted | JobsError | None] = [None] * len(requests)
+        plain: dict[tuple[TenantId, str], list[int]] = {}
+        for index, (tenant, actor, job) in enumerate(requests):
+            if _is_plain(job):
+                plain.setdefault((tenant, actor), []).append(index)
+        for (tenant, actor), indexes in plain.items():
+            inserted = await job_store.insert_many(
+                conn, tenant, actor, [self._plain_insert(requests[i][2]) for i in indexes]
+            )
+            for index, job in zip(indexes, inserted, strict=True):
+                results[index] = (SubmitOutcome(job, True), [])
+        for index, (tenant, actor, job) in enumerate(requests):
+            if results[index] is None:
+                try:
+                    results[index] = await self._submit_one(conn, tenant, actor, job, "")
+                except JobsError as error:
+                    results[index] = error
+        return results  # type: ignore[return-value]  # every slot was filled above
 
     def _plain_insert(self, job: NewJob) -> job_store.PlainInsert:
         spec = self._registry.get(job.kind)
