@@ -13,14 +13,12 @@ VENV_STAMP := $(VENV)/.installed-from-pyproject
 TEST_ADMIN_URL_DEFAULT := postgresql://postgres@127.0.0.1:5432/postgres
 export JOBS_TEST_ADMIN_URL ?= $(or $(DATABASE_URL),$(TEST_ADMIN_URL_DEFAULT))
 
-.PHONY: help venv generate lint test run system-deps clean
+.PHONY: help venv generate lint test run bench system-deps clean
 
 help: ## List the targets
 	@echo "Usage: make TARGET"
 	@echo
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo
-	@echo "  (no 'bench' target yet: it arrives with the first benchmark)"
 
 venv: $(VENV_STAMP) ## Create .venv and install the project with its dev tools (again when pyproject.toml changes)
 
@@ -43,6 +41,10 @@ test: venv lint ## lint, then pytest (PostgreSQL from JOBS_TEST_ADMIN_URL, else 
 
 run: venv ## The API and two workers on loopback, over DATABASE_URL or an embedded PostgreSQL in .dev/
 	$(VENV_PYTHON) scripts/dev_stack.py
+
+bench: venv ## Throughput, latency and memory figures against their targets: a table, then one JSON line
+	@echo "benchmarks use admin URL $(JOBS_TEST_ADMIN_URL) (BENCH_ONLY, BENCH_JOBS, BENCH_SOAK_SECONDS: see benchmarks/__main__.py)"
+	BENCH_ADMIN_URL=$${BENCH_ADMIN_URL:-$(JOBS_TEST_ADMIN_URL)} $(VENV_PYTHON) -m benchmarks
 
 system-deps: ## Install what the tests need from the OS (promtool); run as root
 	@if command -v promtool >/dev/null; then \
