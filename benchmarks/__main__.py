@@ -50,9 +50,11 @@ def main() -> int:
     if "pickup" in only:
         with fresh_database("pickup") as url:
             pickup = scenarios.pickup_latency(url)
-        figures.update({"pickup_p50_ms": pickup["p50_ms"], "pickup_p99_ms": pickup["p99_ms"]})
+        figures.update({f"pickup_{k}": v for k, v in pickup.items()})
         rows.append(("pickup latency at 200 jobs/s", f"p50 {pickup['p50_ms']:.1f} ms, p99 {pickup['p99_ms']:.1f} ms",
-                     "target p50 <= 5 ms, p99 <= 25 ms"))
+                     "answered -> started; target p50 <= 5 ms, p99 <= 25 ms"))
+        rows.append(("  the same, from the call sent",
+                     f"p50 {pickup['from_sent_p50_ms']:.1f} ms, p99 {pickup['from_sent_p99_ms']:.1f} ms", "context"))
     if "history" in only:
         with fresh_database("history") as url:
             started = time.monotonic()
