@@ -64,6 +64,10 @@ CREATE FUNCTION public.jobs_settle_dependents() RETURNS trigger
     AS $$
 BEGIN
     IF NEW.state = 'succeeded' THEN
+        PERFORM 1 FROM jobs AS d
+        WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[NEW.job_id]
+        ORDER BY d.job_id
+        FOR UPDATE;
         UPDATE jobs AS d
         SET state = 'pending', run_after = greatest(d.run_after, clock_timestamp()),
             transition_actor = 'system', transition_reason = 'dependencies succeeded'
