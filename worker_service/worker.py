@@ -195,9 +195,7 @@ class Worker:
         self._active[job.job_id] = active
         self._metrics.in_flight.set(len(self._active))
         self._metrics.count_claim(job.tenant, job.kind, job.attempt)
-        self._metrics.queue_wait.labels(job.kind).observe(
-            max((job.claimed_at - job.queued_since).total_seconds(), 0.0)
-        )
+        self._metrics.observe_queue_wait(job.kind, max((job.claimed_at - job.queued_since).total_seconds(), 0.0))
         log.debug("claimed", extra=active.log_fields)
         active.task = asyncio.create_task(self._run(active), name=f"job-{job.job_id}")
 
@@ -222,7 +220,7 @@ class Worker:
             if active.stop_reason is None:
                 raise
             asyncio.current_task().uncancel()
-            self._metrics.execution.labels(job.kind).observe(time.monotonic() - started)
+            self._metrics.observe_execution(job.kind, time.monotonic() - started)
             await self._after_stop(active)
             return
         except LeaseLost:
@@ -236,7 +234,7 @@ class Worker:
             error = exc.error
         except Exception as exc:  # noqa: BLE001 - unclassified failures are retryable by contract
             error = _unclassified(exc, active.context)
-        self._metrics.execution.labels(job.kind).observe(time.monotonic() - started)
+        self._metrics.observe_execution(job.kind, time.monotonic() - started)
         active.reporting = True
         self.wake()  # the slot is free for the next claim
         if error is None:

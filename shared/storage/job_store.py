@@ -140,7 +140,7 @@ async def insert_many(
     conn: Connection, tenant: TenantId, actor: str, items: Sequence[PlainInsert]
 ) -> list[Job]:
     """One statement for the lot; jobs come back in input order (ids are chosen here, at random)."""
-    job_ids = [str(uuid.uuid4()) for _ in items]
+    job_ids = [uuid.uuid4() for _ in items]
     cur = await conn.execute(
         queries.JOB_INSERT_MANY,
         {
@@ -155,10 +155,10 @@ async def insert_many(
             "max_attempts": [i.max_attempts for i in items],
             "backoff_bases": [i.backoff_base_seconds for i in items],
             "backoff_caps": [i.backoff_cap_seconds for i in items],
-            "labels": [Jsonb(i.job.labels) for i in items],
+            "labels": [Jsonb(i.job.labels) if i.job.labels else None for i in items],
         },
     )
-    by_id = {str(row["job_id"]): job_from_row(row) for row in await cur.fetchall()}
+    by_id = {row["job_id"]: job_from_row(row) for row in await cur.fetchall()}
     return [by_id[job_id] for job_id in job_ids]
 
 

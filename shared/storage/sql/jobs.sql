@@ -23,7 +23,8 @@ RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created
 INSERT INTO jobs (job_id, tenant, kind, state, payload, priority, run_after, deadline, max_attempts, retry_budget,
                   backoff_base_seconds, backoff_cap_seconds, labels, transition_actor, transition_reason)
 SELECT s.job_id, %(tenant)s, s.kind, 'pending', s.payload, s.priority, coalesce(s.run_after, clock_timestamp()),
-       s.deadline, s.max_attempts, s.max_attempts, s.backoff_base, s.backoff_cap, s.labels, %(actor)s, 'submitted'
+       s.deadline, s.max_attempts, s.max_attempts, s.backoff_base, s.backoff_cap, coalesce(s.labels, '{}'),
+       %(actor)s, 'submitted'
 FROM unnest(%(job_ids)s::uuid[], %(kinds)s::text[], %(payloads)s::bytea[], %(priorities)s::integer[],
             %(run_afters)s::timestamptz[], %(deadlines)s::timestamptz[], %(max_attempts)s::integer[],
             %(backoff_bases)s::double precision[], %(backoff_caps)s::double precision[], %(labels)s::jsonb[])
