@@ -7,7 +7,7 @@ import json
 import uuid
 from datetime import UTC, datetime
 
-from google.protobuf import timestamp_pb2
+from google.protobuf import duration_pb2, timestamp_pb2
 
 from jobs.v1 import jobs_pb2, worker_pb2
 from shared.domain.errors import FieldViolation, InvalidArgument
@@ -51,6 +51,11 @@ def _datetime(message, field: str, prefix: str = "") -> datetime | None:
         return stamp.ToDatetime(tzinfo=UTC)
     except (ValueError, OverflowError):
         raise InvalidArgument(FieldViolation(f"{prefix}{field}", "is not a valid timestamp")) from None
+
+
+def duration_seconds(duration: duration_pb2.Duration) -> float:
+    """Never raises: a Duration outside timedelta's range is still a number, which the use-case bounds."""
+    return duration.seconds + duration.nanos / 1e9
 
 
 def state_to_proto(state: JobState) -> int:

@@ -12,11 +12,37 @@ from api_service import request_context
 from api_service.error_status import internal_status, status_for
 from api_service.metrics import RpcMetrics
 from api_service.principals import Principal, PrincipalDirectory, Role
-from shared.domain.errors import JobsError, PermissionDenied, Unauthenticated
+from shared.domain.errors import FieldViolation, InvalidArgument, JobsError, PermissionDenied, Unauthenticated
+from shared.storage.database import call_deadline
 
 log = logging.getLogger(__name__)
 
 _ROLE_BY_SERVICE = {"jobs.v1.JobService": Role.TENANT, "jobs.v1.WorkerService": Role.WORKER}
+
+
+class _Undecodable:
+    """Stands in for a request whose bytes did not parse, so the refusal can be INVALID_ARGUMENT (gRPC
+    itself would answer UNKNOWN, naming the parser's exception)."""
+
+
+_UNDECODABLE = _Undecodable()
+
+
+def _tolerant(deserializer: Callable[[bytes], object] | None) -> Callable[[bytes], object] | None:
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes) -> object:
+        try:
+            return deserializer(data)
+        except Exception:  # noqa: BLE001 - DecodeError, or whatever else hostile bytes provoke
+            return _UNDECODABLE
+
+    return deserialize
+
+
+def _malformed() -> InvalidArgument:
+    return InvalidArgument(FieldViolation("request", "is not a well-formed message of this method's type"))
 
 
 def _split_method(full_method: str) -> tuple[str, str]:
@@ -50,18 +76,18 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         service, method = _split_method(handler_call_details.method)
         required_role = _ROLE_BY_SERVICE.get(service)
         if required_role is None:
-            return handler  # health and reflection are open, for probes and grpcurl
+            return _guard_open(handler)  # health and reflection are open, for probes and grpcurl
         principal, refusal = self._authenticate(handler_call_details.invocation_metadata, required_role)
         labels = (service, method)
         if handler.unary_unary:
             behavior = self._wrap_unary(handler.unary_unary, principal, refusal, labels)
             return grpc.unary_unary_rpc_method_handler(
-                behavior, handler.request_deserializer, handler.response_serializer
+                behavior, _tolerant(handler.request_deserializer), handler.response_serializer
             )
         if handler.unary_stream:
             behavior = self._wrap_stream(handler.unary_stream, principal, refusal, labels)
             return grpc.unary_stream_rpc_method_handler(
-                behavior, handler.request_deserializer, handler.response_serializer
+                behavior, _tolerant(handler.request_deserializer), handler.response_serializer
             )
         return handler
 
@@ -84,7 +110,10 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             try:
                 if refusal:
                     raise refusal
-                return await inner(request, context)
+                if request is _UNDECODABLE:
+                    raise _malformed()
+                with call_deadline(context.time_remaining()):
+                    return await inner(request, context)
             except grpc.aio.AbortError:
                 code = context.code() or grpc.StatusCode.UNKNOWN
                 raise
@@ -106,8 +135,11 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             try:
                 if refusal:
                     raise refusal
-                async for message in inner(request, context):
-                    yield message
+                if request is _UNDECODABLE:
+                    raise _malformed()
+                with call_deadline(context.time_remaining()):
+                    async for message in inner(request, context):
+                        yield message
             except grpc.aio.AbortError:
                 code = context.code() or grpc.StatusCode.UNKNOWN
                 raise
@@ -128,3 +160,31 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             return status.code
         log.exception("unexpected error in %s/%s", *labels)
         return grpc.StatusCode.INTERNAL
+
+
+def _guard_open(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """Unauthenticated methods (health) get the same answer to undecodable bytes as the rest."""
+    if handler.unary_unary:
+        inner = handler.unary_unary
+
+        async def unary(request, context):
+            if request is _UNDECODABLE:
+                await _abort(context, _malformed())
+            return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary, _tolerant(handler.request_deserializer), handler.response_serializer
+        )
+    if handler.unary_stream:
+        inner_stream = handler.unary_stream
+
+        async def stream(request, context):
+            if request is _UNDECODABLE:
+                await _abort(context, _malformed())
+            async for message in inner_stream(request, context):
+                yield message
+
+        return grpc.unary_stream_rpc_method_handler(
+            stream, _tolerant(handler.request_deserializer), handler.response_serializer
+        )
+    return handler

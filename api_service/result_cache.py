@@ -10,6 +10,7 @@ docs/CACHE.md gives the whole argument.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
@@ -92,7 +93,9 @@ class SingleFlight:
         self._epoch += 1
         load.epoch = self._epoch
         self._running[key] = load
-        task = asyncio.create_task(self._run(key, load))
+        # A fresh context: a load serves every caller of its key, so no one caller's deadline
+        # (database.call_deadline) may bound it, least of all one whose call has already ended.
+        task = asyncio.create_task(self._run(key, load), context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

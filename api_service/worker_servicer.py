@@ -28,7 +28,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self._reports = reports
 
     async def Heartbeat(self, request, context):
-        extend_by = request.extend_by.ToTimedelta().total_seconds() if request.HasField("extend_by") else 0.0
+        extend_by = convert.duration_seconds(request.extend_by) if request.HasField("extend_by") else 0.0
         statuses = await self._reports.heartbeat(convert.leases_from_proto(request.leases), extend_by)
         return worker_pb2.HeartbeatResponse(leases=[convert.lease_status_to_proto(s) for s in statuses])
 

@@ -5,6 +5,7 @@ timer: at low load a submission runs alone, at once."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,9 @@ class GroupCommitter(Generic[K, T]):
         self._pending.append(item)
         if len(self._flushers) < self._flushers_max:
             # Detached from the caller: a caller that goes away must not abort the others' transaction.
-            task = asyncio.create_task(self._drain())
+            # A fresh context too: the first caller's deadline (database.call_deadline) must not bound the
+            # transactions this task runs for everyone after it.
+            task = asyncio.create_task(self._drain(), context=contextvars.Context())
             self._flushers.add(task)
             task.add_done_callback(self._flushers.discard)
         return await asyncio.shield(item.outcome)

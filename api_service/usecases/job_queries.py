@@ -37,7 +37,7 @@ class JobQueries:
 
     async def get_job(self, tenant: TenantId, job_id: JobId) -> Job:
         check_job_id(job_id)
-        async with self._db.transaction() as conn:
+        async with self._db.transaction(tenant) as conn:
             job = await job_store.get_job(conn, tenant, job_id)
         if job is None:
             raise NotFound()
@@ -52,7 +52,7 @@ class JobQueries:
         )
 
     async def _read_result(self, tenant: TenantId, job_id: JobId) -> JobResult:
-        async with self._db.transaction() as conn:
+        async with self._db.transaction(tenant) as conn:
             found = await job_store.get_result(conn, tenant, job_id)
         if found is None:
             raise NotFound()
@@ -74,10 +74,12 @@ class JobQueries:
         for name, value in (("kind", filters.kind), ("resource_key", filters.resource_key)):
             if value is not None:
                 check_text(violations, name, value, 512)
+        if len(filters.labels) > SubmissionLimits().max_labels:
+            violations.add("labels", f"must have at most {SubmissionLimits().max_labels} entries")
         for key, value in filters.labels.items():
             check_text(violations, f"labels[{key[:64]!r}]", key + value, 512)
         violations.raise_if_any()
-        async with self._db.transaction() as conn:
+        async with self._db.transaction(tenant) as conn:
             return await job_store.list_jobs(conn, tenant, filters, after, page_size or PAGE_SIZE_DEFAULT)
 
     async def latest_result(self, tenant: TenantId, resource_key: str) -> tuple[Job, JobResult]:
@@ -99,14 +101,14 @@ class JobQueries:
         )
 
     async def _read_head(self, tenant: TenantId, resource_key: str) -> int:
-        async with self._db.transaction() as conn:
+        async with self._db.transaction(tenant) as conn:
             version = await job_store.resource_head(conn, tenant, resource_key)
         if version is None:
             raise NotFound("no job was submitted for this resource key")
         return version
 
     async def _read_version_result(self, tenant: TenantId, resource_key: str, version: int) -> tuple[Job, JobResult]:
-        async with self._db.transaction() as conn:
+        async with self._db.transaction(tenant) as conn:
             found = await job_store.result_for_version(conn, tenant, resource_key, version)
         if found is None:
             raise NotFound("no job was submitted for this resource key")
@@ -127,7 +129,7 @@ class JobQueries:
         if page_size < 0 or page_size > PAGE_SIZE_MAX:
             raise InvalidArgument(FieldViolation("page_size", f"must be between 0 and {PAGE_SIZE_MAX}"))
         limit = page_size or PAGE_SIZE_DEFAULT
-        async with self._db.transaction() as conn:
+        async with self._db.transaction(tenant) as conn:
             events = await job_store.list_events(conn, tenant, job_id, after_sequence=after_sequence, limit=limit + 1)
             if not events and await job_store.get_job(conn, tenant, job_id) is None:
                 raise NotFound()

@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Protocol
 
-from shared.domain.errors import FieldViolation, InvalidArgument, NotFound
+from shared.domain.errors import FieldViolation, InvalidArgument, NotFound, ResourceExhausted
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Job, JobEvent
 from shared.domain.submission_rules import check_job_id
@@ -20,6 +20,9 @@ from shared.storage.database import Database
 EVENTS_PER_READ = 100
 # Re-read even without a notification, in case one was lost with a dropped LISTEN connection.
 RECHECK_SECONDS_DEFAULT = 15.0
+# Open streams per API process; each costs a task and an event, and a database read per change.
+STREAMS_MAX_DEFAULT = 500
+STREAM_RETRY_AFTER_SECONDS = 5.0
 
 
 class ChangeSignals(Protocol):
@@ -35,10 +38,15 @@ def job_at(job: Job, event: JobEvent) -> Job:
 
 
 class JobWatch:
-    def __init__(self, db: Database, signals: ChangeSignals, recheck_seconds: float = RECHECK_SECONDS_DEFAULT):
+    def __init__(
+        self, db: Database, signals: ChangeSignals, recheck_seconds: float = RECHECK_SECONDS_DEFAULT,
+        *, max_streams: int = STREAMS_MAX_DEFAULT,
+    ):
         self._db = db
         self._signals = signals
         self._recheck_seconds = recheck_seconds
+        self._max_streams = max_streams
+        self._open_streams = 0
 
     async def watch(self, tenant: TenantId, job_id: JobId, after_sequence: int) -> AsyncIterator[Job]:
         """From `after_sequence` on (0: the current state first); ends once the job's latest state is
@@ -46,6 +54,19 @@ class JobWatch:
         check_job_id(job_id)
         if after_sequence < 0:
             raise InvalidArgument(FieldViolation("after_sequence", "must not be negative"))
+        if self._open_streams >= self._max_streams:
+            raise ResourceExhausted(
+                f"this server has {self._max_streams} WatchJob streams open already",
+                retry_after_seconds=STREAM_RETRY_AFTER_SECONDS,
+            )
+        self._open_streams += 1
+        try:
+            async for job in self._follow(tenant, job_id, after_sequence):
+                yield job
+        finally:
+            self._open_streams -= 1
+
+    async def _follow(self, tenant: TenantId, job_id: JobId, after_sequence: int) -> AsyncIterator[Job]:
         with self._signals.subscribe(job_id) as changed:
             job = await self._current(tenant, job_id)
             last = after_sequence
@@ -64,14 +85,14 @@ class JobWatch:
                     await asyncio.wait_for(changed.wait(), self._recheck_seconds)
 
     async def _current(self, tenant: TenantId, job_id: JobId) -> Job:
-        async with self._db.transaction() as conn:
+        async with self._db.transaction(tenant) as conn:
             job = await job_store.get_job(conn, tenant, job_id)
         if job is None:
             raise NotFound()
         return job
 
     async def _events_after(self, tenant: TenantId, job_id: JobId, sequence: int) -> tuple[list[JobEvent], Job]:
-        async with self._db.transaction() as conn:
+        async with self._db.transaction(tenant) as conn:
             job = await job_store.get_job(conn, tenant, job_id)
             events = await job_store.list_events(
                 conn, tenant, job_id, after_sequence=sequence, limit=EVENTS_PER_READ

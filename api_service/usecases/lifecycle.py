@@ -33,7 +33,7 @@ class JobLifecycle:
         when its worker stops (or its lease expires)."""
         check_job_id(job_id)
         _check_reason(reason)
-        async with self._db.transaction() as conn:
+        async with self._db.transaction(tenant) as conn:
             job = await job_store.cancel(conn, tenant=tenant, job_id=job_id, actor=actor, reason=reason)
             current = None if job is not None else await job_store.get_job(conn, tenant, job_id)
         if job is not None:
@@ -56,7 +56,7 @@ class JobLifecycle:
         who and why. The fencing token keeps rising: the next claim gets a token never used before."""
         check_job_id(job_id)
         _check_reason(reason)
-        async with self._db.transaction() as conn:
+        async with self._db.transaction(tenant) as conn:
             candidate = await job_store.lock_for_retry(conn, tenant, job_id)
             if candidate is None:
                 raise NotFound()

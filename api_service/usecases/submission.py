@@ -15,7 +15,7 @@ from shared.domain.submission_rules import DEDUPE_WINDOW_SECONDS_DEFAULT, Submis
 from shared.handlers.api import HandlerRegistry
 from shared.json_logging import job_fields
 from shared.storage import job_store
-from shared.storage.database import Connection, Database
+from shared.storage.database import Connection, Database, set_tenant
 
 log = logging.getLogger(__name__)
 _Request = tuple[TenantId, str, NewJob]
@@ -53,7 +53,7 @@ class SubmissionService:
             )
         plain = [i for i, job in enumerate(jobs) if _is_plain(job)]
         submitted: dict[int, tuple[SubmitOutcome, list[JobId]]] = {}
-        async with self._db.transaction() as conn:
+        async with self._db.transaction(tenant) as conn:
             if plain:
                 inserted = await job_store.insert_many(
                     conn, tenant, actor, [self._plain_insert(jobs[i]) for i in plain]
@@ -67,13 +67,16 @@ class SubmissionService:
         return [outcome for outcome, _ in ordered]
 
     async def _submit_group(self, conn: Connection, requests: Sequence[_Request]) -> list[_Submitted | JobsError]:
-        """One group-commit transaction: plain submissions of one caller go in one statement each."""
+        """One group-commit transaction: plain submissions of one caller go in one statement each. The
+        transaction carries several tenants' submissions; each runs scoped to its own tenant."""
         results: list[_Submitted | JobsError | None] = [None] * len(requests)
         plain: dict[tuple[TenantId, str], list[int]] = {}
         for index, (tenant, actor, job) in enumerate(requests):
             if _is_plain(job):
                 plain.setdefault((tenant, actor), []).append(index)
+        scope = _TenantScope(conn)
         for (tenant, actor), indexes in plain.items():
+            await scope.enter(tenant)
             inserted = await job_store.insert_many(
                 conn, tenant, actor, [self._plain_insert(requests[i][2]) for i in indexes]
             )
@@ -81,6 +84,7 @@ class SubmissionService:
                 results[index] = (SubmitOutcome(job, True), [])
         for index, (tenant, actor, job) in enumerate(requests):
             if results[index] is None:
+                await scope.enter(tenant)
                 try:
                     results[index] = await self._submit_one(conn, tenant, actor, job, "")
                 except JobsError as error:
@@ -149,6 +153,19 @@ class SubmissionService:
                 resource_version=job.resource_version or 0, actor=actor,
             )
         return SubmitOutcome(created, True), superseded
+
+
+class _TenantScope:
+    """Switches the transaction's tenant (row-level security) only when it changes."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._tenant: TenantId | None = None
+
+    async def enter(self, tenant: TenantId) -> None:
+        if tenant != self._tenant:
+            await set_tenant(self._conn, tenant)
+            self._tenant = tenant
 
 
 def _log_committed(actor: str, submitted: Sequence[tuple[SubmitOutcome, list[JobId]]]) -> None:

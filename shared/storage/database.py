@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import psycopg
@@ -19,6 +21,17 @@ from shared.domain.errors import (
 )
 
 Connection = psycopg.AsyncConnection[dict]
+
+# These statements configure the transaction rather than read an aggregate, so they live here, beside
+# the one function that sends them, instead of in sql/*.sql.
+_SCOPE_TENANT = "SELECT set_config('jobs.tenant', %(tenant)s, true)"
+_SCOPE_TIMEOUT = "SELECT set_config('statement_timeout', %(timeout_ms)s, true)"
+_SCOPE_TENANT_AND_TIMEOUT = (
+    "SELECT set_config('jobs.tenant', %(tenant)s, true), set_config('statement_timeout', %(timeout_ms)s, true)"
+)
+
+# Monotonic time by which the current call's caller stops waiting; None when it set no deadline.
+_call_deadline: ContextVar[float | None] = ContextVar("jobs_call_deadline", default=None)
 
 
 @dataclass(frozen=True)
@@ -50,11 +63,47 @@ def translate_db_errors() -> Iterator[None]:
         raise Unavailable("the database is unavailable") from exc
 
 
+@contextmanager
+def call_deadline(seconds_remaining: float | None) -> Iterator[None]:
+    """Bounds every transaction begun inside the block by the caller's remaining time: waiting for a
+    connection, and each statement (statement_timeout), so an abandoned call frees its connection."""
+    token = _call_deadline.set(None if seconds_remaining is None else time.monotonic() + seconds_remaining)
+    try:
+        yield
+    finally:
+        _call_deadline.reset(token)
+
+
+def _seconds_left() -> float | None:
+    deadline = _call_deadline.get()
+    return None if deadline is None else deadline - time.monotonic()
+
+
+async def set_tenant(conn: Connection, tenant: str) -> None:
+    """Confines the rest of the current transaction to one tenant's rows (row-level security, for the
+    jobs_api role); call it again to switch tenants mid-transaction."""
+    await conn.execute(_SCOPE_TENANT, {"tenant": tenant})
+
+
+async def _scope(conn: Connection, tenant: str | None, seconds_left: float | None) -> None:
+    """One round trip at most, and none for a transaction that needs neither setting."""
+    if seconds_left is None:
+        if tenant is not None:
+            await set_tenant(conn, tenant)
+        return
+    timeout_ms = str(max(1, int(seconds_left * 1000)))
+    if tenant is None:
+        await conn.execute(_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms})
+    else:
+        await conn.execute(_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms})
+
+
 class Database:
     """An async pool whose transactions raise domain errors only."""
 
-    def __init__(self, pool: AsyncConnectionPool) -> None:
+    def __init__(self, pool: AsyncConnectionPool, acquire_timeout_seconds: float = 5.0) -> None:
         self._pool = pool
+        self._acquire_timeout = acquire_timeout_seconds
 
     @classmethod
     async def open(cls, settings: PoolSettings, *, wait: bool = False) -> Database:
@@ -69,13 +118,19 @@ class Database:
             open=False,
         )
         await pool.open(wait=wait)
-        return cls(pool)
+        return cls(pool, settings.acquire_timeout_seconds)
 
     @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Connection]:
-        """One transaction: committed when the block ends normally, rolled back otherwise."""
+    async def transaction(self, tenant: str | None = None) -> AsyncIterator[Connection]:
+        """One transaction: committed when the block ends normally, rolled back otherwise. With a
+        tenant, it sees and writes only that tenant's rows; inside `call_deadline`, it ends by then."""
+        seconds_left = _seconds_left()
         with translate_db_errors():
-            async with self._pool.connection() as conn:
+            if seconds_left is not None and seconds_left <= 0:
+                raise DeadlineExceeded("the caller's deadline passed")
+            wait = self._acquire_timeout if seconds_left is None else min(self._acquire_timeout, seconds_left)
+            async with self._pool.connection(timeout=wait) as conn:
+                await _scope(conn, tenant, seconds_left)
                 yield conn
 
     async def ping(self, timeout_seconds: float = 2.0) -> bool:
