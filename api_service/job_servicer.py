@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from api_service import convert
 from api_service.request_context import current_principal
+from api_service.usecases.admission import SubmissionAdmission
 from api_service.usecases.job_queries import JobQueries
 from api_service.usecases.job_watch import JobWatch
 from api_service.usecases.lifecycle import JobLifecycle
@@ -20,14 +21,17 @@ def _tenant() -> TenantId:
 
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(
-        self, submissions: SubmissionService, queries: JobQueries, lifecycle: JobLifecycle, watch: JobWatch
+        self, submissions: SubmissionService, queries: JobQueries, lifecycle: JobLifecycle, watch: JobWatch,
+        admission: SubmissionAdmission,
     ) -> None:
+        self._admission = admission
         self._submissions = submissions
         self._queries = queries
         self._lifecycle = lifecycle
         self._watch = watch
 
     async def SubmitJob(self, request, context):
+        await self._admission.admit(_tenant(), 1)
         outcome = await self._submissions.submit(
             _tenant(), current_principal().name, convert.new_job_from_proto(request)
         )
@@ -35,6 +39,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     async def SubmitJobs(self, request, context):
         jobs = [convert.new_job_from_proto(item, f"jobs[{i}].") for i, item in enumerate(request.jobs)]
+        await self._admission.admit(_tenant(), len(jobs))
         outcomes = await self._submissions.submit_many(_tenant(), current_principal().name, jobs)
         return jobs_pb2.SubmitJobsResponse(
             results=[

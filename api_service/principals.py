@@ -57,6 +57,23 @@ class PrincipalDirectory:
         return found
 
 
+class PrincipalsFile:
+    """The principals file, re-read on request (SIGHUP). A call holds the Principal it authenticated
+    with, so a reload never disturbs calls in flight; a file that no longer parses keeps the old
+    directory in force."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._directory = PrincipalDirectory.load(path)
+
+    def current(self) -> PrincipalDirectory:
+        return self._directory
+
+    def reload(self) -> None:
+        """Raises SettingsError, leaving the directory unchanged, when the file is unreadable or malformed."""
+        self._directory = PrincipalDirectory.load(self._path)
+
+
 def _parse_entry(index: int, raw: dict) -> _Entry:
     where = f"principal[{index}]"
     try:

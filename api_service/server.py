@@ -16,10 +16,12 @@ from api_service.interceptors import ServiceInterceptor
 from api_service.job_change_hub import JobChangeHub
 from api_service.job_servicer import JobServicer
 from api_service.metrics import ApiMetrics
-from api_service.principals import PrincipalDirectory
+from api_service.principals import PrincipalsFile
 from api_service.queue_gauges import QueueGaugeRefresher
 from api_service.result_cache import ResultCache
 from api_service.settings import ApiSettings
+from api_service.transport_security import ReloadableServerCredentials
+from api_service.usecases.admission import SubmissionAdmission
 from api_service.usecases.job_queries import JobQueries
 from api_service.usecases.job_watch import JobWatch
 from api_service.usecases.lifecycle import JobLifecycle
@@ -27,11 +29,13 @@ from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
 from api_service.worker_servicer import WorkerServicer
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc, worker_pb2, worker_pb2_grpc
+from shared.env_settings import SettingsError
 from shared.handlers.loader import load_registry
 from shared.storage.database import Database, PoolSettings
 from shared.storage.queue_stats import ExporterSession
 
 log = logging.getLogger(__name__)
+HEALTH_CONCURRENT_RPCS_MAX = 16
 
 
 def split_host_port(address: str) -> tuple[str, int]:
@@ -42,7 +46,8 @@ def split_host_port(address: str) -> tuple[str, int]:
 async def serve(settings: ApiSettings) -> None:
     """Runs until SIGTERM or SIGINT, then drains in-flight calls within the grace period."""
     registry = load_registry(settings.handler_modules)
-    principals = PrincipalDirectory.load(settings.tokens_file)
+    principals = PrincipalsFile(settings.tokens_file)
+    tls = ReloadableServerCredentials(settings.tls) if settings.tls else None
     metrics = ApiMetrics()
     db = await Database.open(
         PoolSettings(
@@ -54,11 +59,12 @@ async def serve(settings: ApiSettings) -> None:
     )
     metrics.watch_pool(db.stats)
     server = grpc.aio.server(
-        interceptors=[ServiceInterceptor(lambda: principals, metrics.rpc)],
+        interceptors=[ServiceInterceptor(principals.current, metrics.rpc)],
         options=[
             ("grpc.max_receive_message_length", settings.grpc_max_message_bytes),
             ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
         ],
+        maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
     hub = JobChangeHub(settings.database_url)
     jobs_pb2_grpc.add_JobServiceServicer_to_server(
@@ -66,7 +72,8 @@ async def serve(settings: ApiSettings) -> None:
             SubmissionService(db, registry, settings.limits, dedupe_window_seconds=settings.dedupe_window_seconds),
             JobQueries(db, ResultCache(settings.result_cache, metrics.result_cache)),
             JobLifecycle(db),
-            JobWatch(db, hub),
+            JobWatch(db, hub, max_streams=settings.max_watch_streams),
+            SubmissionAdmission(db, settings.tenant_limits),
         ),
         server,
     )
@@ -84,20 +91,31 @@ async def serve(settings: ApiSettings) -> None:
         ),
         server,
     )
-    port = server.add_insecure_port(settings.listen)
+    if tls:
+        port = server.add_secure_port(settings.listen, tls.credentials)
+    else:
+        port = server.add_insecure_port(settings.listen)
     if port == 0:
         raise OSError(f"cannot listen on {settings.listen}")
     background = []
+    probes = _health_only_server(settings.health_listen, health_servicer) if settings.health_listen else None
     if settings.metrics_listen:
         host, metrics_port = split_host_port(settings.metrics_listen)
         start_http_server(metrics_port, addr=host, registry=metrics.registry)
         background.append(asyncio.create_task(_queue_gauge_refresher(settings, metrics).run()))
     await server.start()
+    if probes:
+        await probes.start()
+    _reload_on_sighup(principals, tls)
     background += [
         asyncio.create_task(HealthMonitor(health_servicer, db, settings.health_interval_seconds).run()),
         asyncio.create_task(hub.run()),
     ]
-    log.info("API serving on %s", settings.listen)
+    log.info(
+        "API serving on %s (%s)%s", settings.listen,
+        "plaintext" if not settings.tls else "mutual TLS" if settings.tls.client_ca_file else "TLS",
+        f", health also on {settings.health_listen} (plaintext)" if settings.health_listen else "",
+    )
     await _wait_for_stop_signal()
     log.info("shutting down: draining for up to %.0fs", settings.shutdown_grace_seconds)
     for task in background:
@@ -105,6 +123,8 @@ async def serve(settings: ApiSettings) -> None:
     await asyncio.gather(*background, return_exceptions=True)
     await health_servicer.enter_graceful_shutdown()
     await server.stop(settings.shutdown_grace_seconds)
+    if probes:
+        await probes.stop(None)
     await db.close()
     log.info("API stopped")
 
@@ -117,6 +137,33 @@ def _queue_gauge_refresher(settings: ApiSettings, metrics: ApiMetrics) -> QueueG
         failed_window_seconds=settings.metrics_failed_window_seconds,
         tenant_limit=settings.metrics_tenant_limit,
     )
+
+
+def _health_only_server(listen: str, health_servicer: health.aio.HealthServicer) -> grpc.aio.Server:
+    """grpc.health.v1 alone, in plaintext: Kubernetes' gRPC probes speak no TLS. It tells nothing but
+    SERVING or NOT_SERVING, so bind it where only the kubelet can reach it (the pod's address)."""
+    probes = grpc.aio.server(maximum_concurrent_rpcs=HEALTH_CONCURRENT_RPCS_MAX)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, probes)
+    if probes.add_insecure_port(listen) == 0:
+        raise OSError(f"cannot listen on {listen}")
+    return probes
+
+
+def _reload_on_sighup(principals: PrincipalsFile, tls: ReloadableServerCredentials | None) -> None:
+    """SIGHUP re-reads the principals file and the TLS files; calls in flight are not disturbed, and a
+    file that does not load leaves the previous one in force."""
+
+    def reload() -> None:
+        for name, reloader in (("principals", principals.reload), ("TLS", tls.reload if tls else None)):
+            if reloader is None:
+                continue
+            try:
+                reloader()
+                log.info("reloaded the %s file(s)", name)
+            except SettingsError as exc:
+                log.error("kept the previous %s configuration: %s", name, exc)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
 
 
 async def _wait_for_stop_signal() -> None:

@@ -8,6 +8,9 @@ from pathlib import Path
 
 from api_service.queue_gauges import FAILED_WINDOW_SECONDS_DEFAULT, REFRESH_SECONDS_DEFAULT
 from api_service.result_cache import ResultCacheLimits
+from api_service.transport_security import ServerTlsFiles
+from api_service.usecases.admission import TenantLimits
+from api_service.usecases.job_watch import STREAMS_MAX_DEFAULT
 from shared.domain.submission_rules import (
     DEDUPE_WINDOW_SECONDS_DEFAULT,
     PAYLOAD_LIMIT_BYTES_DEFAULT,
@@ -19,6 +22,8 @@ from shared.metric_labels import TENANT_LIMIT_DEFAULT
 API_LISTEN_DEFAULT = "127.0.0.1:50051"
 # gRPC messages carry at most a payload plus envelope; SubmitJobs batches get more room.
 GRPC_MESSAGE_BYTES_MIN = 4 * 1024 * 1024
+# Calls served at once, Watch streams included; more are refused with RESOURCE_EXHAUSTED.
+CONCURRENT_RPCS_MAX_DEFAULT = 1000
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,13 @@ class ApiSettings:
     result_cache: ResultCacheLimits
     # How long a SUCCEEDED job still takes in identical submissions that ask for de-duplication.
     dedupe_window_seconds: float
+    # TLS on the gRPC port (None: plaintext), and a plaintext port that serves only grpc.health.v1, for
+    # probes that cannot speak TLS.
+    tls: ServerTlsFiles | None
+    health_listen: str | None
+    max_concurrent_rpcs: int
+    max_watch_streams: int
+    tenant_limits: TenantLimits
 
     @property
     def grpc_max_message_bytes(self) -> int:
@@ -79,6 +91,11 @@ class ApiSettings:
             dedupe_window_seconds=env_float(
                 env, "JOBS_DEDUPE_WINDOW_SECONDS", DEDUPE_WINDOW_SECONDS_DEFAULT, minimum=0.0
             ),
+            tls=ServerTlsFiles.from_env(env),
+            health_listen=env_optional(env, "JOBS_HEALTH_LISTEN"),
+            max_concurrent_rpcs=env_int(env, "JOBS_MAX_CONCURRENT_RPCS", CONCURRENT_RPCS_MAX_DEFAULT, minimum=1),
+            max_watch_streams=env_int(env, "JOBS_MAX_WATCH_STREAMS", STREAMS_MAX_DEFAULT, minimum=0),
+            tenant_limits=_tenant_limits(env),
         )
 
 
@@ -92,4 +109,14 @@ def _result_cache_limits(env: Mapping[str, str]) -> ResultCacheLimits:
         max_loads_in_flight=env_int(
             env, "JOBS_RESULT_CACHE_MAX_LOADS_IN_FLIGHT", default.max_loads_in_flight, minimum=1
         ),
+    )
+
+
+def _tenant_limits(env: Mapping[str, str]) -> TenantLimits:
+    """Each limit is off at 0."""
+    default = TenantLimits()
+    return TenantLimits(
+        submit_rate_per_second=env_float(env, "JOBS_TENANT_SUBMIT_RATE", default.submit_rate_per_second),
+        submit_burst=env_int(env, "JOBS_TENANT_SUBMIT_BURST", default.submit_burst, minimum=1),
+        max_queued_jobs=env_int(env, "JOBS_TENANT_MAX_QUEUED_JOBS", default.max_queued_jobs),
     )

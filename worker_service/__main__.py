@@ -38,7 +38,7 @@ async def run(settings: WorkerSettings) -> None:
         PoolSettings(settings.database_url, min_size=1, max_size=3, application_name="jobs-worker")
     )
     metrics.watch_pool(db.stats)
-    api = ApiClient(settings.api_target, settings.worker_token, settings.worker_id)
+    api = ApiClient(settings.api_target, settings.worker_token, settings.worker_id, settings.tls)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -15,6 +15,7 @@ from google.rpc import error_details_pb2, status_pb2
 from jobs.v1 import worker_pb2, worker_pb2_grpc
 from shared.domain.jobs import Completion, JobError, JobState, LeaseRef, LeaseStatus, ReportOutcome
 from worker_service import convert
+from worker_service.transport_security import ClientTlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,11 @@ def _error_reason(error: grpc.aio.AioRpcError) -> str | None:
 
 
 class ApiClient:
-    def __init__(self, target: str, token: str, worker_id: str) -> None:
-        self._channel = grpc.aio.insecure_channel(target)
+    def __init__(self, target: str, token: str, worker_id: str, tls: ClientTlsFiles | None = None) -> None:
+        if tls is None:
+            self._channel = grpc.aio.insecure_channel(target)
+        else:
+            self._channel = grpc.aio.secure_channel(target, tls.credentials(), options=tls.channel_options())
         self._stub = worker_pb2_grpc.WorkerServiceStub(self._channel)
         self._metadata = (("authorization", f"Bearer {token}"), ("jobs-worker-id", worker_id))
         self._worker_id = worker_id

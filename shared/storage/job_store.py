@@ -539,3 +539,10 @@ async def release(
     if row is None:
         return refusal_outcome((await _current_states(conn, [lease.job_id])).get(lease.job_id))
     return JobState(row["state"])
+
+
+async def count_queued(conn: Connection, tenant: TenantId, *, up_to: int) -> int:
+    """The tenant's jobs waiting to run, counted up to `up_to` at most."""
+    cur = await conn.execute(queries.JOB_COUNT_QUEUED, {"tenant": tenant, "up_to": up_to})
+    row = await cur.fetchone()
+    return row["queued"]

@@ -372,3 +372,13 @@ WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid AND state = %(expected_s
 RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
           finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
           resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
+
+-- name: job_count_queued
+-- How many of one tenant's jobs wait to run (pending, retry wait, blocked), counting no further than the cap.
+SELECT count(*) AS queued
+FROM (
+    SELECT 1
+    FROM jobs
+    WHERE tenant = %(tenant)s AND state IN ('pending', 'retry_wait', 'blocked')
+    LIMIT %(up_to)s
+) AS waiting;
