@@ -29,6 +29,11 @@ BEGIN
     RETURN NEW;
 END $$;
 
+CREATE FUNCTION public.jobs_finished(id uuid) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$ SELECT EXISTS (SELECT 1 FROM jobs WHERE job_id = id
+                         AND state IN ('succeeded', 'failed', 'cancelled', 'superseded')) $$;
+
 CREATE FUNCTION public.jobs_notify_runnable() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -85,6 +90,10 @@ BEGIN
     END IF;
     RETURN NULL;
 END $$;
+
+CREATE FUNCTION public.jobs_tenant_visible(row_tenant text) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$ SELECT row_tenant = coalesce(nullif(current_setting('jobs.tenant', true), ''), row_tenant) $$;
 
 CREATE TABLE public.job_events (
     job_id uuid NOT NULL,
@@ -209,6 +218,8 @@ CREATE INDEX jobs_running_lease_idx ON public.jobs USING btree (lease_expires_at
 
 CREATE INDEX jobs_tenant_created_idx ON public.jobs USING btree (tenant, created_at DESC, job_id DESC);
 
+CREATE INDEX jobs_tenant_queued_idx ON public.jobs USING hash (tenant) WHERE (state = ANY (ARRAY['pending'::public.job_state, 'retry_wait'::public.job_state, 'blocked'::public.job_state]));
+
 CREATE INDEX jobs_tenant_resource_idx ON public.jobs USING btree (tenant, resource_key, resource_version DESC) WHERE (resource_key IS NOT NULL);
 
 CREATE INDEX jobs_waiting_deadline_idx ON public.jobs USING btree (deadline) WHERE ((deadline IS NOT NULL) AND (state = ANY (ARRAY['pending'::public.job_state, 'retry_wait'::public.job_state, 'blocked'::public.job_state])));
@@ -227,3 +238,88 @@ CREATE TRIGGER jobs_settle_dependents AFTER UPDATE OF state ON public.jobs FOR E
 
 ALTER TABLE ONLY public.job_receipts
     ADD CONSTRAINT job_receipts_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
+ALTER TABLE public.job_events ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY job_events_api_tenant ON public.job_events TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
+
+CREATE POLICY job_events_worker_delete ON public.job_events FOR DELETE TO jobs_worker USING (public.jobs_finished(job_id));
+
+CREATE POLICY job_events_worker_insert ON public.job_events FOR INSERT TO jobs_worker WITH CHECK (true);
+
+CREATE POLICY job_events_worker_retention ON public.job_events FOR SELECT TO jobs_worker USING (public.jobs_finished(job_id));
+
+ALTER TABLE public.job_receipts ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY job_receipts_api_tenant ON public.job_receipts FOR SELECT TO jobs_api USING ((EXISTS ( SELECT 1
+   FROM public.jobs j
+  WHERE (j.job_id = job_receipts.job_id))));
+
+CREATE POLICY job_receipts_worker ON public.job_receipts TO jobs_worker USING (true) WITH CHECK (true);
+
+ALTER TABLE public.job_results ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY job_results_api_tenant ON public.job_results TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
+
+CREATE POLICY job_results_worker_delete ON public.job_results FOR DELETE TO jobs_worker USING (public.jobs_finished(job_id));
+
+CREATE POLICY job_results_worker_retention ON public.job_results FOR SELECT TO jobs_worker USING (public.jobs_finished(job_id));
+
+ALTER TABLE public.jobs ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY jobs_api_tenant ON public.jobs TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
+
+CREATE POLICY jobs_worker_delete ON public.jobs FOR DELETE TO jobs_worker USING ((state = ANY (ARRAY['succeeded'::public.job_state, 'failed'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])));
+
+CREATE POLICY jobs_worker_read ON public.jobs FOR SELECT TO jobs_worker USING (true);
+
+CREATE POLICY jobs_worker_update ON public.jobs FOR UPDATE TO jobs_worker USING (true) WITH CHECK ((state <> 'succeeded'::public.job_state));
+
+ALTER TABLE public.resource_heads ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY resource_heads_api_tenant ON public.resource_heads TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
+
+GRANT USAGE ON SCHEMA public TO jobs_api;
+GRANT USAGE ON SCHEMA public TO jobs_worker;
+
+GRANT SELECT,INSERT ON TABLE public.job_events TO jobs_api;
+GRANT INSERT,DELETE ON TABLE public.job_events TO jobs_worker;
+
+GRANT SELECT(job_id) ON TABLE public.job_events TO jobs_worker;
+
+GRANT SELECT ON TABLE public.job_receipts TO jobs_api;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.job_receipts TO jobs_worker;
+
+GRANT SELECT,INSERT ON TABLE public.job_results TO jobs_api;
+GRANT DELETE ON TABLE public.job_results TO jobs_worker;
+
+GRANT SELECT(job_id) ON TABLE public.job_results TO jobs_worker;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.jobs TO jobs_api;
+GRANT SELECT,DELETE ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(state) ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(run_after) ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(attempts) ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(started_at) ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(finished_at) ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(fencing_token) ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(lease_owner) ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(lease_expires_at) ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(last_error_category) ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(last_error_message) ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(transition_actor) ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(transition_reason) ON TABLE public.jobs TO jobs_worker;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.resource_heads TO jobs_api;
