@@ -132,6 +132,10 @@ class ServiceStack:
     tenants: tuple[str, ...] = ("acme", "globex")
     api_port: int = field(default_factory=free_port)
     processes: list[ServiceProcess] = field(default_factory=list)
+    # With TLS on the API's port: how the test's channels connect, and the plaintext health-only port
+    # (JOBS_HEALTH_LISTEN) that `health` then reads.
+    channel_credentials: grpc.ChannelCredentials | None = None
+    health_port: int | None = None
     _channels: list[grpc.Channel] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -215,12 +219,21 @@ class ServiceStack:
         return False
 
     def channel(self) -> grpc.Channel:
-        channel = grpc.insecure_channel(self.api_target, options=[("grpc.max_send_message_length", 64 << 20)])
+        options = [("grpc.max_send_message_length", 64 << 20)]
+        if self.channel_credentials is None:
+            channel = grpc.insecure_channel(self.api_target, options=options)
+        else:
+            channel = grpc.secure_channel(self.api_target, self.channel_credentials, options=options)
         self._channels.append(channel)
         return channel
 
     def health(self, service: str = "") -> str:
-        stub = health_pb2_grpc.HealthStub(self.channel())
+        if self.health_port is None:
+            channel = self.channel()
+        else:
+            channel = grpc.insecure_channel(f"127.0.0.1:{self.health_port}")
+            self._channels.append(channel)
+        stub = health_pb2_grpc.HealthStub(channel)
         try:
             response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1)
         except grpc.RpcError:

@@ -1,0 +1,91 @@
+"""A PostgreSQL server of the test's own, for tests that stop, crash and restart it: initdb in a
+temporary folder, run as an unprivileged OS user (PostgreSQL refuses to run as root; as root, the
+`postgres` account runs it through runuser). The machine's shared server is never touched."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import psycopg
+
+BINDIR_ENV = "JOBS_TEST_PG_BINDIR"
+UNPRIVILEGED_USER = "postgres"
+START_TIMEOUT_SECONDS = 60
+
+
+def _bindir() -> Path:
+    configured = os.environ.get(BINDIR_ENV)
+    if configured:
+        return Path(configured)
+    on_path = shutil.which("initdb")
+    if on_path:
+        return Path(os.path.realpath(on_path)).parent
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
+    if not candidates:
+        raise RuntimeError(f"no initdb found; set {BINDIR_ENV} to PostgreSQL's bin folder")
+    return Path(candidates[-1]).parent
+
+
+class PrivatePostgres:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._bin = _bindir()
+        self._as_user: list[str] = []
+        self.root = Path(tempfile.mkdtemp(prefix="jobs-private-pg-"))
+        if os.geteuid() == 0:
+            account = pwd.getpwnam(UNPRIVILEGED_USER)
+            os.chown(self.root, account.pw_uid, account.pw_gid)
+            self._as_user = ["runuser", "-u", UNPRIVILEGED_USER, "--"]
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
+        self._run("initdb", "--pgdata", str(self.data), "--username", "postgres", "--auth", "trust",
+                  "--no-sync", "--encoding", "UTF8", "--locale", "C")
+
+    def admin_url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def _run(self, program: str, *args: str) -> None:
+        completed = subprocess.run(
+            [*self._as_user, str(self._bin / program), *args], capture_output=True, text=True,
+            timeout=START_TIMEOUT_SECONDS + 30,
+        )
+        if completed.returncode != 0:
+            raise RuntimeError(f"{program} failed: {completed.stdout}{completed.stderr}\n{self.log_tail()}")
+
+    def start(self) -> None:
+        """Starts the server and waits until it accepts connections (after crash recovery, if any)."""
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root}"
+            " -c max_connections=200 -c shared_buffers=32MB"
+        )
+        self._run("pg_ctl", "--pgdata", str(self.data), "--log", str(self.log), "--options", options,
+                  "--wait", "--timeout", str(START_TIMEOUT_SECONDS), "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """`immediate` is a crash: no checkpoint, recovery at the next start."""
+        self._run("pg_ctl", "--pgdata", str(self.data), "--mode", mode, "--wait", "stop")
+
+    def terminate_every_session(self) -> int:
+        with psycopg.connect(self.admin_url(), autocommit=True) as conn:
+            return conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            ).fetchone()[0]
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def destroy(self) -> None:
+        with contextlib.suppress(RuntimeError):  # not running
+            self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)

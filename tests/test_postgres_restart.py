@@ -1,0 +1,197 @@
+"""PostgreSQL crashes and restarts under load, on a private server the test starts itself.
+
+For two minutes several clients submit with idempotency keys (retrying indeterminate answers with the
+same key) while two workers run the jobs. Meanwhile the server is stopped with `immediate` (a crash)
+and started again, and every session is killed with pg_terminate_backend. Afterwards every job that was
+acknowledged OK exists exactly once and has succeeded, no job has two published results, health said
+NOT_SERVING while the database was down, and the same service processes serve again without a restart.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import psycopg
+import pytest
+
+from jobs.v1 import jobs_pb2
+from shared.storage.migrator import migrate
+from tests.private_postgres import PrivatePostgres
+from tests.process_fixtures import ServiceStack, free_port, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
+
+RUN_SECONDS = 120.0
+CLIENTS = 4
+CLIENT_PAUSE_SECONDS = 0.03
+DOWN_SECONDS = 4.0
+# (seconds into the run, what happens)
+CHAOS_PLAN = [(15, "terminate"), (28, "crash"), (48, "terminate"), (62, "crash"), (82, "terminate"), (96, "crash")]
+INDETERMINATE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+TERMINAL = ("succeeded", "failed", "cancelled", "superseded")
+SETTLE_SECONDS = 150
+
+
+@dataclass
+class Ledger:
+    """What the clients were told, shared by their threads."""
+
+    acknowledged: dict[tuple[str, str], str] = field(default_factory=dict)  # (tenant, key) -> job id
+    retries: int = 0
+    unexpected: list[tuple[str, str, str]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    server = PrivatePostgres(free_port())
+    try:
+        server.start()
+        yield server
+    finally:
+        print(f"\n----- private PostgreSQL log (tail) -----\n{server.log_tail(1500)}")
+        server.destroy()
+
+
+def _prepare(server: PrivatePostgres) -> tuple[str, str, str]:
+    """A migrated database and the API's and workers' least-privileged logins; returns the three URLs."""
+    with psycopg.connect(server.admin_url(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE jobs")
+    owner_url = server.admin_url("jobs")
+    migrate(owner_url)
+    with psycopg.connect(owner_url, autocommit=True) as admin:
+        admin.execute("CREATE ROLE api_login LOGIN IN ROLE jobs_api")
+        admin.execute("CREATE ROLE worker_login LOGIN IN ROLE jobs_worker")
+    base = f"127.0.0.1:{server.port}/jobs?connect_timeout=2"
+    return owner_url, f"postgresql://api_login@{base}", f"postgresql://worker_login@{base}"
+
+
+def _client_loop(stack: ServiceStack, index: int, stop_at: float, ledger: Ledger) -> None:
+    tenant = ("acme", "globex")[index % 2]
+    client = stack.tenant(tenant)
+    number = 0
+    while time.monotonic() < stop_at:
+        number += 1
+        key = f"client{index}-{number}"
+        slow = number % 10 == 0
+        request = jobs_pb2.SubmitJobRequest(
+            kind="sleep" if slow else "echo",
+            payload=b'{"seconds": 0.3}' if slow else key.encode(),
+            idempotency_key=key,
+            max_attempts=50,
+        )
+        delay = 0.05
+        while True:
+            try:
+                response = client.stub.SubmitJob(request, metadata=client.metadata, timeout=5)
+            except grpc.RpcError as error:
+                if error.code() not in INDETERMINATE:
+                    with ledger.lock:
+                        ledger.unexpected.append((key, error.code().name, error.details()))
+                    break
+                with ledger.lock:
+                    ledger.retries += 1
+                time.sleep(delay * random.uniform(0.5, 1.0))  # backoff between retries of one key
+                delay = min(delay * 2, 1.0)
+                continue
+            with ledger.lock:
+                ledger.acknowledged[(tenant, key)] = response.job.job_id
+            break
+        time.sleep(CLIENT_PAUSE_SECONDS)
+
+
+def _chaos(server: PrivatePostgres, stack: ServiceStack, started: float, record: dict[str, list]) -> None:
+    for at, action in CHAOS_PLAN:
+        time.sleep(max(0.0, started + at - time.monotonic()))
+        if action == "terminate":
+            record["terminated"].append(server.terminate_every_session())
+            continue
+        server.stop("immediate")
+        down_until = time.monotonic() + DOWN_SECONDS
+        seen = set()
+        while time.monotonic() < down_until:
+            seen.add(stack.health())
+            time.sleep(0.1)  # polling the probe, as a kubelet would
+        record["health_while_down"].append(seen)
+        server.start()
+
+
+def _count(url: str, query: str, params: tuple = ()) -> int:
+    with psycopg.connect(url) as conn:
+        return conn.execute(query, params).fetchone()[0]
+
+
+def test_postgres_crashes_and_killed_sessions_lose_no_acknowledged_job(
+    private_postgres: PrivatePostgres, tmp_path: Path
+) -> None:
+    owner_url, api_url, worker_url = _prepare(private_postgres)
+    stack = ServiceStack(owner_url, tmp_path)
+    try:
+        api = stack.start_api(DATABASE_URL=api_url, JOBS_DB_ACQUIRE_TIMEOUT_SECONDS="1")
+        workers = [
+            stack.start_worker(name, DATABASE_URL=worker_url, JOBS_WORKER_CONCURRENCY="8") for name in ("w1", "w2")
+        ]
+        ledger = Ledger()
+        record: dict[str, list] = {"terminated": [], "health_while_down": []}
+        started = time.monotonic()
+        threads = [
+            threading.Thread(target=_client_loop, args=(stack, i, started + RUN_SECONDS, ledger), daemon=True)
+            for i in range(CLIENTS)
+        ]
+        threads.append(threading.Thread(target=_chaos, args=(private_postgres, stack, started, record), daemon=True))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(RUN_SECONDS + 120)
+            assert not thread.is_alive(), thread.name
+        run_seconds = time.monotonic() - started
+
+        wait_until(
+            lambda: _count(owner_url, f"SELECT count(*) FROM jobs WHERE state::text NOT IN {TERMINAL}") == 0,
+            timeout=SETTLE_SECONDS, interval=1.0, what="every job to reach a terminal state",
+        )
+        with psycopg.connect(owner_url) as conn:
+            rows = conn.execute("SELECT tenant, idempotency_key, job_id::text, state::text FROM jobs").fetchall()
+            published_twice = conn.execute(
+                "SELECT count(*) FROM (SELECT job_id FROM job_events WHERE to_state = 'succeeded'"
+                " GROUP BY job_id HAVING count(*) > 1) AS twice"
+            ).fetchone()[0]
+            results = conn.execute("SELECT count(*) FROM job_results").fetchone()[0]
+        stored: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for tenant, key, job_id, state in rows:
+            stored.setdefault((tenant, key), []).append((job_id, state))
+        lost = [k for k, job_id in ledger.acknowledged.items() if [j for j, _ in stored.get(k, [])] != [job_id]]
+        not_succeeded = [k for k in ledger.acknowledged if stored[k][0][1] != "succeeded"] if not lost else []
+        succeeded = sum(1 for versions in stored.values() for _, state in versions if state == "succeeded")
+
+        print(
+            f"\nrestart run: {run_seconds:.0f}s, {len(record['health_while_down'])} crashes, sessions killed "
+            f"{record['terminated']}; acknowledged {len(ledger.acknowledged)}, client retries {ledger.retries}, "
+            f"lost {len(lost)}, not succeeded {len(not_succeeded)}, results published twice {published_twice}, "
+            f"rows {len(rows)}, results {results}, health while down {record['health_while_down']}"
+        )
+        assert ledger.unexpected == []
+        assert len(ledger.acknowledged) > 1000
+        assert lost == []
+        assert not_succeeded == []
+        assert published_twice == 0 and results == succeeded
+        assert len(record["health_while_down"]) == 3 and all(record["terminated"])
+        assert all("NOT_SERVING" in seen for seen in record["health_while_down"])
+
+        # The same processes serve again: nobody restarted them.
+        for process in [api, *workers]:
+            assert process.popen.poll() is None, f"{process.name} exited"
+        wait_until(lambda: stack.health() == "SERVING", timeout=20, what="SERVING again")
+        after = stack.tenant("acme").submit("echo", b"after the storm", idempotency_key="after").job.job_id
+        wait_until(
+            lambda: stack.tenant("acme").get(after).state == jobs_pb2.JOB_STATE_SUCCEEDED, timeout=30,
+            what="a job submitted afterwards to run",
+        )
+    finally:
+        stack.close()
