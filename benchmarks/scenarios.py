@@ -34,7 +34,9 @@ def _wait_all_succeeded(url: str, expected: int, timeout: float) -> float:
     deadline = time.monotonic() + timeout
     while _count_succeeded(url) < expected:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"only {_count_succeeded(url)} of {expected} jobs succeeded in {timeout}s")
+            with psycopg.connect(url) as conn:
+                states = dict(conn.execute("SELECT state::text, count(*) FROM jobs GROUP BY 1").fetchall())
+            raise RuntimeError(f"not all {expected} jobs succeeded in {timeout}s: {states}")
         time.sleep(0.02)
     with psycopg.connect(url) as conn:
         return conn.execute("SELECT extract(epoch FROM max(finished_at))::float8 FROM jobs").fetchone()[0]

@@ -86,12 +86,12 @@ def test_bad_reads_are_invalid_argument(service_stack: ServiceStack) -> None:
         ("job_id", lambda: client.get("not-a-uuid")),
         ("job_id", lambda: client.get("ABCDEF00-0000-4000-8000-000000000000")),
         ("job_id", lambda: client.result("'; SELECT 1; --")),
-        ("page_token", lambda: client.stub.ListJobs(
-            jobs_pb2.ListJobsRequest(page_token="garbage!"), metadata=client.metadata)),
-        ("page_size", lambda: client.stub.ListJobs(
-            jobs_pb2.ListJobsRequest(page_size=-1), metadata=client.metadata)),
-        ("states[0]", lambda: client.stub.ListJobs(
-            jobs_pb2.ListJobsRequest(states=[42]), metadata=client.metadata)),
+        (
+            "page_token",
+            lambda: client.stub.ListJobs(jobs_pb2.ListJobsRequest(page_token="garbage!"), metadata=client.metadata),
+        ),
+        ("page_size", lambda: client.stub.ListJobs(jobs_pb2.ListJobsRequest(page_size=-1), metadata=client.metadata)),
+        ("states[0]", lambda: client.stub.ListJobs(jobs_pb2.ListJobsRequest(states=[42]), metadata=client.metadata)),
     ]
     for field, call in calls:
         with pytest.raises(grpc.RpcError) as raised:

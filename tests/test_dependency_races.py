@@ -3,6 +3,7 @@ unblocks the dependent, even when they succeed in concurrent transactions."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -60,7 +61,7 @@ async def test_two_dependencies_succeeding_in_concurrent_transactions_unblock_th
             )["n"]
             if waiting:
                 break
-            time.sleep(0.01)
+            await asyncio.sleep(0.01)
         one.commit()
         racer.join(10)
 
