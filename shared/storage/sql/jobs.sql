@@ -214,10 +214,20 @@ RETURNING j.job_id, j.tenant, j.kind, j.state, j.attempts, j.fencing_token;
 
 -- name: job_heartbeat_batch
 -- Extends every lease still held (same token, still running); rows not returned are no longer held.
+-- Rows are locked in job-id order, like the completion batch, so the two cannot deadlock.
+WITH held AS (
+    SELECT j.job_id
+    FROM jobs AS j
+    JOIN unnest(%(job_ids)s::uuid[], %(fencing_tokens)s::bigint[]) AS l(job_id, fencing_token)
+      ON j.job_id = l.job_id AND j.fencing_token = l.fencing_token
+    WHERE j.state = 'running'
+    ORDER BY j.job_id
+    FOR UPDATE OF j
+)
 UPDATE jobs AS j
 SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s)
-FROM unnest(%(job_ids)s::uuid[], %(fencing_tokens)s::bigint[]) AS l(job_id, fencing_token)
-WHERE j.job_id = l.job_id AND j.fencing_token = l.fencing_token AND j.state = 'running'
+FROM held AS h
+WHERE j.job_id = h.job_id
 RETURNING j.job_id, j.fencing_token, j.cancel_requested, j.lease_expires_at;
 
 -- name: job_lease_diagnose
@@ -232,6 +242,14 @@ WITH reported AS (
     SELECT *
     FROM unnest(%(job_ids)s::uuid[], %(fencing_tokens)s::bigint[], %(results)s::bytea[])
          AS r(job_id, fencing_token, result)
+), locked AS (
+    -- In job-id order, like the heartbeat batch, so the two cannot deadlock.
+    SELECT j.job_id, r.result
+    FROM jobs AS j
+    JOIN reported AS r ON j.job_id = r.job_id AND j.fencing_token = r.fencing_token
+    WHERE j.state = 'running'
+    ORDER BY j.job_id
+    FOR UPDATE OF j
 ), finished AS (
     UPDATE jobs AS j
     SET state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'succeeded' END::job_state,
@@ -241,8 +259,8 @@ WITH reported AS (
         transition_actor = 'worker:' || %(worker_id)s,
         transition_reason = CASE WHEN j.cancel_requested THEN 'cancelled; result discarded'
                                  ELSE 'completed' END
-    FROM reported AS r
-    WHERE j.job_id = r.job_id AND j.fencing_token = r.fencing_token AND j.state = 'running'
+    FROM locked AS r
+    WHERE j.job_id = r.job_id
     RETURNING j.job_id, j.tenant, j.state, j.attempts, j.fencing_token, r.result
 ), stored AS (
     INSERT INTO job_results (job_id, tenant, payload, attempt, fencing_token)
