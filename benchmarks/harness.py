@@ -95,7 +95,9 @@ class ServicePair:
         lines.append(f'[[principal]]\ntoken_sha256 = "{_sha(self.worker_token)}"\nrole = "worker"\n')
         tokens_file.write_text("\n".join(lines))
         common = {"DATABASE_URL": self.database_url, "JOBS_LOG_LEVEL": "WARNING"}
-        self._spawn("api", "api_service", {**common, "JOBS_API_LISTEN": self.target,
+        # The per-tenant quotas would measure themselves, not the service: off for the benchmarks.
+        unlimited = {"JOBS_TENANT_SUBMIT_RATE": "0", "JOBS_TENANT_MAX_QUEUED_JOBS": "0"}
+        self._spawn("api", "api_service", {**common, **unlimited, "JOBS_API_LISTEN": self.target,
                                            "JOBS_TOKENS_FILE": str(tokens_file), **self.api_env})
         self._wait_serving()
         for number in range(self.workers):
