@@ -147,6 +147,16 @@ async def test_a_stale_heartbeat_is_not_held_and_leaves_the_current_lease_alone(
     assert rejections.counts == Counter({ReportOutcome.LEASE_LOST: 1})
 
 
+async def test_a_heartbeat_racing_its_own_completion_is_not_a_fenced_rejection(db, reports, rejections):
+    claimed = await factories.insert_and_claim(db)
+    await reports.complete_many(WORKER_ID, [Completion(claimed.job_id, claimed.fencing_token, b"done")])
+
+    (status,) = await reports.heartbeat([lease_of(claimed)], extend_by_seconds=600)
+
+    assert (status.held, status.ended_by_holder) == (False, True)
+    assert rejections.counts == Counter()
+
+
 async def test_a_heartbeat_extends_each_held_lease_in_the_batch(db, sync_db, reports):
     held = await factories.insert_and_claim(db, lease_seconds=5)
     stale = await factories.insert_and_claim(db, kind="sleep")

@@ -72,7 +72,7 @@ class WorkerReports:
         async with self._db.transaction() as conn:
             statuses = await job_store.heartbeat(conn, leases, lease_seconds=extend_by_seconds)
         for status in statuses:
-            if not status.held:
+            if not status.held and not status.ended_by_holder:
                 outcome = (
                     ReportOutcome.JOB_CANCELLED if status.cancel_requested
                     else ReportOutcome.JOB_SUPERSEDED if status.superseded else ReportOutcome.LEASE_LOST

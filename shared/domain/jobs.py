@@ -123,6 +123,8 @@ class LeaseStatus:
     cancel_requested: bool
     superseded: bool
     lease_expires_at: datetime | None
+    # Not held because the holder's own completion or failure report already ended the attempt.
+    ended_by_holder: bool = False
 
 
 @dataclass(frozen=True)

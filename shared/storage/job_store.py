@@ -454,11 +454,15 @@ async def heartbeat(
     )
     held = {(str(r["job_id"]), r["fencing_token"]): r for r in await cur.fetchall()}
     lost = [lease.job_id for lease in leases if (lease.job_id, lease.fencing_token) not in held]
-    states = await _current_states(conn, lost) if lost else {}
+    current: dict[str, Any] = {}
+    if lost:
+        diagnosed = await conn.execute(queries.JOB_LEASE_DIAGNOSE, {"job_ids": lost})
+        current = {str(r["job_id"]): r for r in await diagnosed.fetchall()}
     statuses = []
     for lease in leases:
         row = held.get((lease.job_id, lease.fencing_token))
-        state = states.get(lease.job_id)
+        now = current.get(lease.job_id)
+        state = JobState(now["state"]) if now else None
         statuses.append(
             LeaseStatus(
                 job_id=lease.job_id,
@@ -467,6 +471,9 @@ async def heartbeat(
                 cancel_requested=bool(row and row["cancel_requested"]) or state is JobState.CANCELLED,
                 superseded=state is JobState.SUPERSEDED,
                 lease_expires_at=row["lease_expires_at"] if row else None,
+                # Only the holder's own completion can make it SUCCEEDED under this token: a heartbeat
+                # that raced it. (A failure under the same token may also be the lease sweep's.)
+                ended_by_holder=state is JobState.SUCCEEDED and now["fencing_token"] == lease.fencing_token,
             )
         )
     return statuses
