@@ -29,18 +29,13 @@ from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
 from api_service.worker_servicer import WorkerServicer
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc, worker_pb2, worker_pb2_grpc
-from shared.env_settings import SettingsError
+from shared.env_settings import SettingsError, split_host_port
 from shared.handlers.loader import load_registry
 from shared.storage.database import Database, PoolSettings
 from shared.storage.queue_stats import ExporterSession
 
 log = logging.getLogger(__name__)
 HEALTH_CONCURRENT_RPCS_MAX = 16
-
-
-def split_host_port(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 async def serve(settings: ApiSettings) -> None:

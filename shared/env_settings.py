@@ -52,3 +52,9 @@ def env_float(env: Mapping[str, str], name: str, default: float, *, minimum: flo
 def env_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     """Comma-separated values, blanks dropped."""
     return tuple(part.strip() for part in env.get(name, "").split(",") if part.strip())
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """`host:port` (IPv6 hosts in brackets) for a listening socket; an empty host means all interfaces."""
+    host, _, port = address.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)

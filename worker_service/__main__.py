@@ -11,7 +11,7 @@ import sys
 from prometheus_client import disable_created_metrics, start_http_server
 
 from shared.domain.errors import JobsError
-from shared.env_settings import SettingsError
+from shared.env_settings import SettingsError, split_host_port
 from shared.handlers.loader import load_registry
 from shared.json_logging import configure_logging
 from shared.storage.database import Database, PoolSettings
@@ -23,16 +23,11 @@ from worker_service.worker import Worker
 log = logging.getLogger("worker_service")
 
 
-def _split_host_port(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
-
-
 async def run(settings: WorkerSettings) -> None:
     registry = load_registry(settings.handler_modules)
     metrics = WorkerMetrics(settings.metrics_tenant_limit)
     if settings.metrics_listen:
-        host, port = _split_host_port(settings.metrics_listen)
+        host, port = split_host_port(settings.metrics_listen)
         start_http_server(port, addr=host, registry=metrics.registry)
     db = await Database.open(
         PoolSettings(settings.database_url, min_size=1, max_size=3, application_name="jobs-worker")
