@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import grpc
 
@@ -26,7 +27,7 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         print("jobsctl: no token: pass --token or set JOBS_TOKEN", file=console.stderr)
         return EXIT_USAGE
     try:
-        with grpc.insecure_channel(args.target) as channel:
+        with _channel(args) as channel:
             call = Call(jobs_pb2_grpc.JobServiceStub(channel), args.token, args.timeout)
             return COMMANDS[args.command](call, args, console)
     except UsageError as exc:
@@ -45,6 +46,25 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
     except KeyboardInterrupt:
         print("jobsctl: interrupted", file=console.stderr)
         return 130
+
+
+def _channel(args) -> grpc.Channel:
+    """Plaintext unless a CA is given; a client certificate and key make it mutual TLS."""
+    if not args.tls_ca:
+        if args.tls_cert or args.tls_key:
+            raise UsageError("--tls-cert and --tls-key need --tls-ca")
+        return grpc.insecure_channel(args.target)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise UsageError("--tls-cert and --tls-key go together")
+    try:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=Path(args.tls_ca).read_bytes(),
+            private_key=Path(args.tls_key).read_bytes() if args.tls_key else None,
+            certificate_chain=Path(args.tls_cert).read_bytes() if args.tls_cert else None,
+        )
+    except OSError as exc:
+        raise UsageError(f"cannot read a TLS file: {exc}") from None
+    return grpc.secure_channel(args.target, credentials)
 
 
 if __name__ == "__main__":
