@@ -38,6 +38,20 @@ log = logging.getLogger(__name__)
 HEALTH_CONCURRENT_RPCS_MAX = 16
 
 
+# A WatchJob stream open when its connection ages out is closed after this grace; clients resume it
+# from the last sequence they saw.
+CONNECTION_AGE_GRACE_SECONDS = 60
+
+
+def _connection_age_options(seconds: float) -> list[tuple[str, int]]:
+    if seconds <= 0:
+        return []
+    return [
+        ("grpc.max_connection_age_ms", int(seconds * 1000)),
+        ("grpc.max_connection_age_grace_ms", CONNECTION_AGE_GRACE_SECONDS * 1000),
+    ]
+
+
 async def serve(settings: ApiSettings) -> None:
     """Runs until SIGTERM or SIGINT, then drains in-flight calls within the grace period."""
     registry = load_registry(settings.handler_modules)
@@ -58,6 +72,7 @@ async def serve(settings: ApiSettings) -> None:
         options=[
             ("grpc.max_receive_message_length", settings.grpc_max_message_bytes),
             ("grpc.max_send_message_length", settings.grpc_max_message_bytes),
+            *_connection_age_options(settings.max_connection_age_seconds),
         ],
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )

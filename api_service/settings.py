@@ -53,6 +53,9 @@ class ApiSettings:
     tls: ServerTlsFiles | None
     health_listen: str | None
     max_concurrent_rpcs: int
+    # Clients reconnect after this long (in-flight calls get the grace), so round-robin clients pick
+    # up API pods added by a scale-up; 0 keeps connections for ever.
+    max_connection_age_seconds: float
     max_watch_streams: int
     tenant_limits: TenantLimits
 
@@ -94,6 +97,7 @@ class ApiSettings:
             tls=ServerTlsFiles.from_env(env),
             health_listen=env_optional(env, "JOBS_HEALTH_LISTEN"),
             max_concurrent_rpcs=env_int(env, "JOBS_MAX_CONCURRENT_RPCS", CONCURRENT_RPCS_MAX_DEFAULT, minimum=1),
+            max_connection_age_seconds=env_float(env, "JOBS_MAX_CONNECTION_AGE_SECONDS", 300.0),
             max_watch_streams=env_int(env, "JOBS_MAX_WATCH_STREAMS", STREAMS_MAX_DEFAULT, minimum=0),
             tenant_limits=_tenant_limits(env),
         )
