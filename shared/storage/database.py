@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -101,9 +103,12 @@ async def _scope(conn: Connection, tenant: str | None, seconds_left: float | Non
 class Database:
     """An async pool whose transactions raise domain errors only."""
 
-    def __init__(self, pool: AsyncConnectionPool, acquire_timeout_seconds: float = 5.0) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool, acquire_timeout_seconds: float = 5.0, probe: DatabaseProbe | None = None
+    ) -> None:
         self._pool = pool
         self._acquire_timeout = acquire_timeout_seconds
+        self._probe = probe
 
     @classmethod
     async def open(cls, settings: PoolSettings, *, wait: bool = False) -> Database:
@@ -118,7 +123,8 @@ class Database:
             open=False,
         )
         await pool.open(wait=wait)
-        return cls(pool, settings.acquire_timeout_seconds)
+        probe = DatabaseProbe(settings.url, f"{settings.application_name}-probe")
+        return cls(pool, settings.acquire_timeout_seconds, probe)
 
     @asynccontextmanager
     async def transaction(self, tenant: str | None = None) -> AsyncIterator[Connection]:
@@ -134,6 +140,10 @@ class Database:
                 yield conn
 
     async def ping(self, timeout_seconds: float = 2.0) -> bool:
+        """Whether the database answers, over a connection of its own: a pool whose connections are
+        all busy is not a database that is down."""
+        if self._probe is not None:
+            return await self._probe.ping(timeout_seconds)
         try:
             async with self._pool.connection(timeout=timeout_seconds) as conn:
                 await conn.execute("SELECT 1")
@@ -145,4 +155,34 @@ class Database:
         return self._pool.get_stats()
 
     async def close(self) -> None:
+        if self._probe is not None:
+            await self._probe.close()
         await self._pool.close()
+
+
+class DatabaseProbe:
+    """One dedicated connection for health checks, reopened after any failure."""
+
+    def __init__(self, url: str, application_name: str) -> None:
+        self._url = url
+        self._application_name = application_name
+        self._conn: psycopg.AsyncConnection | None = None
+
+    async def ping(self, timeout_seconds: float) -> bool:
+        try:
+            async with asyncio.timeout(timeout_seconds):
+                if self._conn is None or self._conn.closed:
+                    self._conn = await psycopg.AsyncConnection.connect(
+                        self._url, autocommit=True, application_name=self._application_name
+                    )
+                await self._conn.execute("SELECT 1")
+            return True
+        except (psycopg.Error, OSError, TimeoutError):
+            await self.close()
+            return False
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()
