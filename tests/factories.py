@@ -12,7 +12,7 @@ from psycopg import sql
 
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import TERMINAL_STATES, ClaimedJob, Job, JobState, NewJob
-from shared.storage import job_store
+from shared.storage import job_store, lease_store
 from shared.storage.database import Database
 
 TENANT_DEFAULT = TenantId("tenant-a")
@@ -89,7 +89,7 @@ async def claim(
     lease_seconds: float = LEASE_SECONDS_DEFAULT,
 ) -> list[ClaimedJob]:
     async with db.transaction() as conn:
-        return await job_store.claim_batch(
+        return await lease_store.claim_batch(
             conn, worker_id=worker_id, kinds=kinds, limit=limit, lease_seconds=lease_seconds
         )
 
@@ -112,9 +112,9 @@ async def expire_lease(db: Database, job_id: JobId) -> None:
         assert cur.rowcount == 1, "only a running job has a lease to expire"
 
 
-async def rescue_expired(db: Database, *, limit: int = 100) -> list[job_store.Transition]:
+async def rescue_expired(db: Database, *, limit: int = 100) -> list[lease_store.Transition]:
     async with db.transaction() as conn:
-        return await job_store.rescue_expired_leases(conn, limit=limit)
+        return await lease_store.rescue_expired_leases(conn, limit=limit)
 
 
 async def reclaim(db: Database, job_id: JobId, **options: Any) -> ClaimedJob:

@@ -12,7 +12,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from shared.domain.jobs import JobState, LeaseRef
-from shared.storage import job_store, queries
+from shared.storage import lease_store, queries
 from tests import factories
 
 pytestmark = pytest.mark.timeout(60)
@@ -29,7 +29,7 @@ async def _claim_until_drained(url: str, worker_id: str, claimed: list[str], tot
     async with await psycopg.AsyncConnection.connect(url, row_factory=dict_row) as conn:
         while len(claimed) < total:
             async with conn.transaction():
-                batch = await job_store.claim_batch(
+                batch = await lease_store.claim_batch(
                     conn, worker_id=worker_id, kinds=["echo"], limit=rng.randint(1, RACE_BATCH_MAX), lease_seconds=60
                 )
             ids = [job.job_id for job in batch]
@@ -74,7 +74,7 @@ async def test_the_fencing_token_rises_with_every_claim_of_the_same_job(db, sync
         tokens.append(again.fencing_token)
     # A hand-back of an unstarted attempt refunds the attempt but never the token.
     async with db.transaction() as conn:
-        await job_store.release(
+        await lease_store.release(
             conn,
             worker_id="worker-1",
             lease=LeaseRef(job.job_id, tokens[-1]),

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(30)
 
 async def test_the_database_answers_while_every_pooled_connection_is_busy(database_url: str) -> None:
     db = await Database.open(PoolSettings(database_url, min_size=1, max_size=2), wait=True)
-    release = asyncio.Event()
+    release, both_held = asyncio.Event(), asyncio.Event()
     holding = 0
 
     async def hold() -> None:
@@ -22,12 +22,13 @@ async def test_the_database_answers_while_every_pooled_connection_is_busy(databa
         async with db.transaction() as conn:
             await conn.execute("SELECT 1")
             holding += 1
+            if holding == 2:
+                both_held.set()
             await release.wait()
 
     holders = [asyncio.create_task(hold()) for _ in range(2)]
     try:
-        while holding < 2:
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(both_held.wait(), 10)
         assert await db.ping(timeout_seconds=1.0)
     finally:
         release.set()

@@ -19,7 +19,7 @@ from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import Completion, JobState, LeaseRef, ListFilter, ReportOutcome
 from shared.domain.submission_rules import SubmissionLimits
 from shared.handlers.loader import load_registry
-from shared.storage import job_store, queries, retention
+from shared.storage import lease_store, queries, receipt_store, retention
 from shared.storage.database import Database, PoolSettings, set_tenant
 from tests import factories
 from tests.database_roles import ServiceLogins
@@ -70,7 +70,7 @@ async def _two_tenants_with_everything(db: Database) -> dict[TenantId, JobId]:
         claimed = await factories.claim_one(db)
         lease = LeaseRef(claimed.job_id, claimed.fencing_token)
         async with db.transaction() as conn:
-            assert await job_store.record_intent(conn, lease, "charge", b"intent")
+            assert await receipt_store.record_intent(conn, lease, "charge", b"intent")
         reports = WorkerReports(db, Rejections(), lease_max_seconds=60)
         await reports.complete("w", Completion(claimed.job_id, claimed.fencing_token, f"result-{tenant}".encode()))
         made[tenant] = outcome.job.job_id
@@ -171,8 +171,8 @@ async def test_the_worker_role_claims_and_sweeps_but_cannot_publish(db, worker_d
     assert len(claimed) == 2 and all(c.payload == b"payload" for c in claimed)
     lease = LeaseRef(claimed[0].job_id, claimed[0].fencing_token)
     async with worker_db.transaction() as conn:
-        assert await job_store.record_intent(conn, lease, "step", b"intent")
-        assert await job_store.confirm_receipt(conn, lease, "step", b"receipt")
+        assert await receipt_store.record_intent(conn, lease, "step", b"intent")
+        assert await receipt_store.confirm_receipt(conn, lease, "step", b"receipt")
     await factories.expire_lease(db, claimed[1].job_id)
     assert [t.job_id for t in await factories.rescue_expired(worker_db)] == [claimed[1].job_id]
     before = sync_db.snapshot()
@@ -195,7 +195,7 @@ async def test_the_worker_role_claims_and_sweeps_but_cannot_publish(db, worker_d
     completion = Completion(lease.job_id, FencingToken(lease.fencing_token), b"forged")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
         async with worker_db.transaction() as conn:
-            await job_store.complete_batch(conn, worker_id="w", completions=[completion])
+            await lease_store.complete_batch(conn, worker_id="w", completions=[completion])
     assert sync_db.snapshot() == before
     assert sync_db.job(lease.job_id)["state"] == JobState.RUNNING
     async with worker_db.transaction() as conn:

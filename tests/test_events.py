@@ -13,7 +13,7 @@ from shared.domain.errors import JobCancelled
 from shared.domain.jobs import Completion, ErrorCategory, JobError, LeaseRef
 from shared.domain.submission_rules import SubmissionLimits
 from shared.handlers.loader import load_registry
-from shared.storage import job_store
+from shared.storage import lease_store
 from tests import factories
 
 pytestmark = pytest.mark.timeout(30)
@@ -84,7 +84,7 @@ async def test_a_passed_deadline_is_recorded_as_a_system_transition(db, sync_db)
     job = await factories.insert_job(db, deadline=datetime.now(UTC) - timedelta(seconds=1))
 
     async with db.transaction() as conn:
-        moved = await job_store.fail_past_deadline(conn, limit=10)
+        moved = await lease_store.fail_past_deadline(conn, limit=10)
 
     assert [t.job_id for t in moved] == [job.job_id]
     assert events_of(sync_db, job.job_id)[-1][:7] == (2, "pending", "failed", 0, 0, "system", "deadline")

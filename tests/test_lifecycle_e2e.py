@@ -15,7 +15,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from jobs.v1 import jobs_pb2, worker_pb2
-from shared.storage import job_store
+from shared.storage import lease_store
 from tests.process_fixtures import ServiceStack, TenantClient, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -306,7 +306,7 @@ async def test_a_superseded_jobs_late_completion_is_refused(stack: ServiceStack)
     db = await Database.open(PoolSettings(stack.database_url), wait=True)
     try:
         async with db.transaction() as conn:
-            (claimed,) = await job_store.claim_batch(conn, worker_id="manual", kinds=["echo"], limit=1,
+            (claimed,) = await lease_store.claim_batch(conn, worker_id="manual", kinds=["echo"], limit=1,
                                                      lease_seconds=30)
     finally:
         await db.close()

@@ -59,7 +59,7 @@ from shared.domain.jobs import (
 from shared.domain.submission_rules import SubmissionLimits
 from shared.handlers.builtin import echo
 from shared.handlers.loader import load_registry
-from shared.storage import job_store
+from shared.storage import lease_store
 from shared.storage.database import Database, PoolSettings
 from tests.db_fixtures import SyncProbe, TestDatabases
 
@@ -349,7 +349,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     async def claim_batch(self, limit: int) -> list[Any]:
         async with self.db.transaction() as conn:
-            return await job_store.claim_batch(
+            return await lease_store.claim_batch(
                 conn, worker_id=WORKER, kinds=[KIND], limit=limit, lease_seconds=LEASE_SECONDS
             )
 
@@ -496,7 +496,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             (job.job_id,),
         )
         expected = C if job.cancel_requested else self.after_failure(job, ErrorCategory.RETRYABLE)
-        rescued = self.run(self.sweep(job_store.rescue_expired_leases))
+        rescued = self.run(self.sweep(lease_store.rescue_expired_leases))
         assert [(t.job_id, t.state, t.fencing_token) for t in rescued] == [(job.job_id, expected, job.fencing_token)]
         self.move([job], expected)
 
@@ -510,11 +510,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         )
         job.deadline_passed = True
         overdue = [waiting for waiting in self.with_state(P, B, W) if waiting.deadline_passed]
-        failed = self.run(self.sweep(job_store.fail_past_deadline))
+        failed = self.run(self.sweep(lease_store.fail_past_deadline))
         assert sorted(t.job_id for t in failed) == sorted(waiting.job_id for waiting in overdue)
         self.move(overdue, F)
 
-    async def sweep(self, step: Any) -> list[job_store.Transition]:
+    async def sweep(self, step: Any) -> list[lease_store.Transition]:
         async with self.db.transaction() as conn:
             return await step(conn, limit=SWEEP_LIMIT)
 

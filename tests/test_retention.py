@@ -6,7 +6,7 @@ import pytest
 
 from shared.domain.ids import FencingToken
 from shared.domain.jobs import Completion
-from shared.storage import job_store
+from shared.storage import lease_store
 from shared.storage.retention import delete_finished_jobs
 from tests import factories
 
@@ -17,7 +17,7 @@ DAY = 24 * 3600.0
 
 async def _complete(db, claimed) -> None:
     async with db.transaction() as conn:
-        await job_store.complete_batch(
+        await lease_store.complete_batch(
             conn, worker_id="w", completions=[Completion(claimed.job_id, FencingToken(claimed.fencing_token), b"r")]
         )
 

@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable
 
 from shared.domain.errors import JobsError
-from shared.storage import job_store
+from shared.storage import lease_store
 from shared.storage.database import Database
 from shared.storage.notifications import LISTENING, RUNNABLE_CHANNEL, STOP_CHANNEL, listen
 from shared.storage.retention import delete_finished_jobs
@@ -49,9 +49,9 @@ async def rescue_leases(db: Database, metrics: WorkerMetrics, interval_seconds: 
     while True:
         try:
             async with db.transaction() as conn:
-                ended = await job_store.rescue_expired_leases(conn, limit=RESCUE_BATCH_LIMIT)
+                ended = await lease_store.rescue_expired_leases(conn, limit=RESCUE_BATCH_LIMIT)
             async with db.transaction() as conn:
-                ended += await job_store.fail_past_deadline(conn, limit=RESCUE_BATCH_LIMIT)
+                ended += await lease_store.fail_past_deadline(conn, limit=RESCUE_BATCH_LIMIT)
             for t in ended:
                 metrics.rescued.labels(t.state.value).inc()
                 log.info(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from shared.domain.errors import LeaseLost
 from shared.domain.jobs import LeaseRef, Receipt
-from shared.storage import job_store
+from shared.storage import receipt_store
 from shared.storage.database import Database
 
 STEP_MAX_CHARS = 200
@@ -18,18 +18,18 @@ class DatabaseReceiptBook:
     async def record_intent(self, step: str, intent: bytes) -> None:
         _check_step(step)
         async with self._db.transaction() as conn:
-            if not await job_store.record_intent(conn, self._lease, step, intent):
+            if not await receipt_store.record_intent(conn, self._lease, step, intent):
                 raise LeaseLost()
 
     async def confirm(self, step: str, receipt: bytes) -> None:
         _check_step(step)
         async with self._db.transaction() as conn:
-            if not await job_store.confirm_receipt(conn, self._lease, step, receipt):
+            if not await receipt_store.confirm_receipt(conn, self._lease, step, receipt):
                 raise LeaseLost()
 
     async def list(self) -> list[Receipt]:
         async with self._db.transaction() as conn:
-            return await job_store.list_receipts(conn, self._lease.job_id)
+            return await receipt_store.list_receipts(conn, self._lease.job_id)
 
 
 def _check_step(step: str) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from shared.domain.errors import JobsError, LeaseLost
 from shared.domain.jobs import ClaimedJob, Completion, ErrorCategory, JobError, JobState, LeaseRef, ReportOutcome
 from shared.handlers.api import HandlerError, HandlerRegistry, HandlerSpec, JobContext, PermanentError
-from shared.storage import job_store
+from shared.storage import lease_store
 from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
 from worker_service.background_loops import apply_retention, listen_for_work, rescue_leases
@@ -166,7 +166,7 @@ class Worker:
     async def _claim(self, limit: int) -> list[ClaimedJob]:
         try:
             async with self._db.transaction() as conn:
-                claimed = await job_store.claim_batch(
+                claimed = await lease_store.claim_batch(
                     conn,
                     worker_id=self._settings.worker_id,
                     kinds=sorted(self._registry.kinds()),

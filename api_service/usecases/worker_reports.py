@@ -24,7 +24,7 @@ from shared.domain.jobs import (
     ReportOutcome,
 )
 from shared.domain.submission_rules import is_job_id
-from shared.storage import job_store
+from shared.storage import lease_store
 from shared.storage.database import Database
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class WorkerReports:
         if not leases:
             return []
         async with self._db.transaction() as conn:
-            statuses = await job_store.heartbeat(conn, leases, lease_seconds=extend_by_seconds)
+            statuses = await lease_store.heartbeat(conn, leases, lease_seconds=extend_by_seconds)
         for status in statuses:
             if not status.held and not status.ended_by_holder:
                 outcome = (
@@ -90,7 +90,7 @@ class WorkerReports:
         if len({c.job_id for c in completions}) != len(completions):
             raise InvalidArgument(FieldViolation("completions", "must not name a job twice"))
         async with self._db.transaction() as conn:
-            outcomes = await job_store.complete_batch(conn, worker_id=worker_id, completions=completions)
+            outcomes = await lease_store.complete_batch(conn, worker_id=worker_id, completions=completions)
         for completion, outcome in zip(completions, outcomes, strict=True):
             if outcome is not ReportOutcome.ACCEPTED:
                 self._refused("completion", LeaseRef(completion.job_id, completion.fencing_token), outcome, worker_id)
@@ -106,7 +106,7 @@ class WorkerReports:
         _check_leases([lease], "lease")
         message = error.message[:ERROR_MESSAGE_MAX_CHARS].replace("\x00", "")
         async with self._db.transaction() as conn:
-            outcome = await job_store.fail_attempt(
+            outcome = await lease_store.fail_attempt(
                 conn, worker_id=worker_id, lease=lease, error=JobError(error.category, message)
             )
         if isinstance(outcome, ReportOutcome):
@@ -117,7 +117,7 @@ class WorkerReports:
     async def release(self, worker_id: str, lease: LeaseRef, *, started: bool, reason: str) -> JobState:
         _check_leases([lease], "lease")
         async with self._db.transaction() as conn:
-            outcome = await job_store.release(
+            outcome = await lease_store.release(
                 conn, worker_id=worker_id, lease=lease, started=started,
                 reason=reason[:200].replace("\x00", "") or "released",
             )

@@ -1,0 +1,193 @@
+"""A worker's leases: claims, heartbeats, fenced reports and the sweeps that end expired leases."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from shared.domain.ids import FencingToken, JobId, TenantId
+from shared.domain.jobs import (
+    ClaimedJob,
+    Completion,
+    FailOutcome,
+    JobError,
+    JobState,
+    LeaseRef,
+    LeaseStatus,
+    ReportOutcome,
+    refusal_outcome,
+)
+from shared.storage import queries
+from shared.storage.database import Connection
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A job that a sweep moved to a new state."""
+
+    job_id: JobId
+    tenant: TenantId
+    kind: str
+    state: JobState
+    attempts: int
+    fencing_token: FencingToken
+
+
+async def claim_batch(
+    conn: Connection, *, worker_id: str, kinds: Sequence[str], limit: int, lease_seconds: float
+) -> list[ClaimedJob]:
+    cur = await conn.execute(
+        queries.JOB_CLAIM_BATCH,
+        {"worker_id": worker_id, "kinds": list(kinds), "limit": limit, "lease_seconds": lease_seconds},
+    )
+    return [
+        ClaimedJob(
+            job_id=JobId(str(row["job_id"])),
+            tenant=TenantId(row["tenant"]),
+            kind=row["kind"],
+            payload=bytes(row["payload"]),
+            attempt=row["attempts"],
+            max_attempts=row["max_attempts"],
+            fencing_token=FencingToken(row["fencing_token"]),
+            lease_expires_at=row["lease_expires_at"],
+            created_at=row["created_at"],
+            queued_since=row["queued_since"],
+            claimed_at=row["claimed_at"],
+        )
+        for row in await cur.fetchall()
+    ]
+
+
+def _transitions(rows: list[dict[str, Any]]) -> list[Transition]:
+    return [
+        Transition(
+            JobId(str(r["job_id"])), TenantId(r["tenant"]), r["kind"], JobState(r["state"]),
+            r["attempts"], FencingToken(r["fencing_token"]),
+        )
+        for r in rows
+    ]
+
+
+async def rescue_expired_leases(conn: Connection, *, limit: int) -> list[Transition]:
+    cur = await conn.execute(queries.JOB_RESCUE_EXPIRED, {"limit": limit})
+    return _transitions(await cur.fetchall())
+
+
+async def fail_past_deadline(conn: Connection, *, limit: int) -> list[Transition]:
+    cur = await conn.execute(queries.JOB_FAIL_PAST_DEADLINE, {"limit": limit})
+    return _transitions(await cur.fetchall())
+
+
+async def _current_states(conn: Connection, job_ids: Sequence[JobId]) -> dict[JobId, JobState]:
+    cur = await conn.execute(queries.JOB_LEASE_DIAGNOSE, {"job_ids": list(job_ids)})
+    return {JobId(str(r["job_id"])): JobState(r["state"]) for r in await cur.fetchall()}
+
+
+async def heartbeat(
+    conn: Connection, leases: Sequence[LeaseRef], *, lease_seconds: float
+) -> list[LeaseStatus]:
+    """Extends held leases; for the others says whether the job was cancelled or superseded."""
+    cur = await conn.execute(
+        queries.JOB_HEARTBEAT_BATCH,
+        {
+            "job_ids": [lease.job_id for lease in leases],
+            "fencing_tokens": [lease.fencing_token for lease in leases],
+            "lease_seconds": lease_seconds,
+        },
+    )
+    held = {(str(r["job_id"]), r["fencing_token"]): r for r in await cur.fetchall()}
+    lost = [lease.job_id for lease in leases if (lease.job_id, lease.fencing_token) not in held]
+    current: dict[str, Any] = {}
+    if lost:
+        diagnosed = await conn.execute(queries.JOB_LEASE_DIAGNOSE, {"job_ids": lost})
+        current = {str(r["job_id"]): r for r in await diagnosed.fetchall()}
+    statuses = []
+    for lease in leases:
+        row = held.get((lease.job_id, lease.fencing_token))
+        now = current.get(lease.job_id)
+        state = JobState(now["state"]) if now else None
+        statuses.append(
+            LeaseStatus(
+                job_id=lease.job_id,
+                fencing_token=lease.fencing_token,
+                held=row is not None,
+                cancel_requested=bool(row and row["cancel_requested"]) or state is JobState.CANCELLED,
+                superseded=state is JobState.SUPERSEDED,
+                lease_expires_at=row["lease_expires_at"] if row else None,
+                # Only the holder's own completion can make it SUCCEEDED under this token: a heartbeat
+                # that raced it. (A failure under the same token may also be the lease sweep's.)
+                ended_by_holder=state is JobState.SUCCEEDED and now["fencing_token"] == lease.fencing_token,
+            )
+        )
+    return statuses
+
+
+async def complete_batch(
+    conn: Connection, *, worker_id: str, completions: Sequence[Completion]
+) -> list[ReportOutcome]:
+    """One fenced statement for the whole batch; outcomes in input order."""
+    cur = await conn.execute(
+        queries.JOB_COMPLETE_BATCH,
+        {
+            "job_ids": [c.job_id for c in completions],
+            "fencing_tokens": [c.fencing_token for c in completions],
+            "results": [c.result for c in completions],
+            "worker_id": worker_id,
+        },
+    )
+    finished = {(str(r["job_id"]), r["fencing_token"]): JobState(r["state"]) for r in await cur.fetchall()}
+    refused = [c.job_id for c in completions if (c.job_id, c.fencing_token) not in finished]
+    states = await _current_states(conn, refused) if refused else {}
+    outcomes = []
+    for c in completions:
+        state = finished.get((c.job_id, c.fencing_token))
+        if state is JobState.SUCCEEDED:
+            outcomes.append(ReportOutcome.ACCEPTED)
+        elif state is JobState.CANCELLED:
+            outcomes.append(ReportOutcome.JOB_CANCELLED)
+        else:
+            outcomes.append(refusal_outcome(states.get(c.job_id)))
+    return outcomes
+
+
+async def fail_attempt(
+    conn: Connection, *, worker_id: str, lease: LeaseRef, error: JobError
+) -> FailOutcome | ReportOutcome:
+    """The job's next state, or the refusal when the lease is no longer held."""
+    cur = await conn.execute(
+        queries.JOB_FAIL,
+        {
+            "job_id": lease.job_id,
+            "fencing_token": lease.fencing_token,
+            "category": error.category.value,
+            "message": error.message,
+            "worker_id": worker_id,
+        },
+    )
+    row = await cur.fetchone()
+    if row is None:
+        return refusal_outcome((await _current_states(conn, [lease.job_id])).get(lease.job_id))
+    state = JobState(row["state"])
+    next_at: datetime | None = row["run_after"] if state is JobState.RETRY_WAIT else None
+    return FailOutcome(state, next_at)
+
+
+async def release(
+    conn: Connection, *, worker_id: str, lease: LeaseRef, started: bool, reason: str
+) -> JobState | ReportOutcome:
+    cur = await conn.execute(
+        queries.JOB_RELEASE,
+        {
+            "job_id": lease.job_id,
+            "fencing_token": lease.fencing_token,
+            "started": started,
+            "reason": reason,
+            "worker_id": worker_id,
+        },
+    )
+    row = await cur.fetchone()
+    if row is None:
+        return refusal_outcome((await _current_states(conn, [lease.job_id])).get(lease.job_id))
+    return JobState(row["state"])
