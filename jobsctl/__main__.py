@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from collections.abc import Sequence
@@ -29,7 +30,12 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
     try:
         with _channel(args) as channel:
             call = Call(jobs_pb2_grpc.JobServiceStub(channel), args.token, args.timeout)
-            return COMMANDS[args.command](call, args, console)
+            try:
+                return COMMANDS[args.command](call, args, console)
+            finally:
+                # Finished calls caught in reference cycles must go while gRPC's threads still run:
+                # collected at interpreter exit, one can wait for ever on a lock a frozen thread holds.
+                gc.collect()
     except UsageError as exc:
         print(f"jobsctl: {exc}", file=console.stderr)
         return EXIT_USAGE

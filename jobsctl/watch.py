@@ -66,6 +66,10 @@ def follow(
                 raise WaitTimedOut(f"job {job_id} did not settle within {max_wait:g}s") from None
             if exc.code() not in _RESUMABLE or failures >= RESUME_ATTEMPTS_MAX:
                 raise
+            # The error is the call object itself, and its traceback holds frames that hold it: left
+            # to the cyclic collector, its __del__ may run at exit while a frozen gRPC thread holds its
+            # lock, and the process never ends.
+            exc.__traceback__ = None
             time.sleep(RESUME_BACKOFF_SECONDS[failures])
             failures += 1
         finally:
