@@ -26,6 +26,7 @@ from shared.domain.jobs import (
 )
 from shared.domain.submission_rules import SubmissionLimits
 from shared.handlers.loader import load_registry
+from shared.storage import receipt_store
 from shared.storage.database import Database
 from tests import factories
 from tests.conditions import wait_until
@@ -359,6 +360,23 @@ async def test_release_job_refunds_an_unstarted_attempt(db, sync_db, reports, st
     if state == "pending":
         again = await factories.claim_one(db)
         assert (again.job_id, again.attempt, again.fencing_token) == (claimed.job_id, attempts + 1, 2)
+
+
+@pytest.mark.parametrize(("confirmed", "state"), [(False, "outcome_unknown"), (True, "pending")])
+async def test_an_attempt_that_recorded_a_receipt_counts_even_if_released_as_unstarted(
+    db, sync_db, reports, confirmed, state
+):
+    claimed = await factories.insert_and_claim(db, max_attempts=3)
+    async with db.transaction() as conn:
+        assert await receipt_store.record_intent(conn, lease_of(claimed), "charge", b"ch_1")
+        if confirmed:
+            assert await receipt_store.confirm_receipt(conn, lease_of(claimed), "charge", b"ok")
+
+    released = await reports.release(WORKER_ID, lease_of(claimed), started=False, reason="shutdown")
+
+    row = sync_db.job(claimed.job_id)
+    assert released.value == row["state"] == state
+    assert row["attempts"] == 1, "the attempt that made an external call is not refunded"
 
 
 async def test_a_report_with_a_malformed_lease_is_invalid(db, sync_db, reports):

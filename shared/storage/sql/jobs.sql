@@ -313,26 +313,31 @@ WHERE j.job_id = d.job_id
 RETURNING j.job_id, j.tenant, j.kind, j.state, j.run_after, j.attempts, j.fencing_token;
 
 -- name: job_release
--- Fenced hand-back of a claimed job; an attempt whose handler never started is not counted, and one
--- interrupted after an unconfirmed external call needs a decision (OUTCOME_UNKNOWN).
+-- Fenced hand-back of a claimed job; an attempt whose handler never started (and recorded no receipt)
+-- is not counted, and one interrupted after an unconfirmed external call needs a decision.
 WITH current AS (
-    SELECT j.job_id,
-           CASE
-               WHEN j.cancel_requested THEN 'cancelled'
-               WHEN %(started)s AND EXISTS (
-                   SELECT 1 FROM job_receipts AS r
-                   WHERE r.job_id = j.job_id AND r.attempt = j.attempts AND r.confirmed_at IS NULL)
-                   THEN 'outcome_unknown'
-               WHEN %(started)s AND j.attempts >= j.max_attempts THEN 'failed'
-               ELSE 'pending'
-           END::job_state AS next_state
+    SELECT j.job_id, j.cancel_requested, j.attempts, j.max_attempts,
+           %(started)s OR EXISTS (
+               SELECT 1 FROM job_receipts AS r WHERE r.job_id = j.job_id AND r.attempt = j.attempts) AS counted,
+           EXISTS (
+               SELECT 1 FROM job_receipts AS r
+               WHERE r.job_id = j.job_id AND r.attempt = j.attempts AND r.confirmed_at IS NULL) AS unconfirmed
     FROM jobs AS j
     WHERE j.job_id = %(job_id)s::uuid AND j.fencing_token = %(fencing_token)s AND j.state = 'running'
     FOR UPDATE
+), decided AS (
+    SELECT job_id, counted,
+           CASE
+               WHEN cancel_requested THEN 'cancelled'
+               WHEN counted AND unconfirmed THEN 'outcome_unknown'
+               WHEN counted AND attempts >= max_attempts THEN 'failed'
+               ELSE 'pending'
+           END::job_state AS next_state
+    FROM current
 )
 UPDATE jobs AS j
 SET state = c.next_state,
-    attempts = CASE WHEN %(started)s THEN j.attempts ELSE j.attempts - 1 END,
+    attempts = CASE WHEN c.counted THEN j.attempts ELSE j.attempts - 1 END,
     run_after = clock_timestamp(),
     finished_at = CASE WHEN c.next_state IN ('cancelled', 'failed') THEN clock_timestamp() END,
     last_error_category = CASE
@@ -347,7 +352,7 @@ SET state = c.next_state,
     lease_expires_at = NULL,
     transition_actor = 'worker:' || %(worker_id)s,
     transition_reason = 'released: ' || %(reason)s
-FROM current AS c
+FROM decided AS c
 WHERE j.job_id = c.job_id
 RETURNING j.job_id, j.tenant, j.kind, j.state, j.attempts, j.fencing_token;
 
