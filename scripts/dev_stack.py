@@ -31,9 +31,30 @@ PGDATA = DEV_DIR / "pgdata"
 LOG_DIR = DEV_DIR / "logs"
 TOKENS_FILE = DEV_DIR / "tokens.toml"
 
-API_LISTEN = "127.0.0.1:50051"
-API_METRICS_LISTEN = "127.0.0.1:9464"
-WORKER_METRICS_LISTENS = ("127.0.0.1:9465", "127.0.0.1:9466")
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """Loopback addresses of the stack; fixed for a newcomer, movable (JOBS_DEV_*) so that a second
+    stack, or a test, can run beside a `make run`."""
+
+    api: str = "127.0.0.1:50051"
+    api_metrics: str = "127.0.0.1:9464"
+    worker_metrics: tuple[str, ...] = ("127.0.0.1:9465", "127.0.0.1:9466")
+
+    @classmethod
+    def from_env(cls, env) -> Addresses:
+        default = cls()
+        workers = env.get("JOBS_DEV_WORKER_METRICS_LISTEN", "")
+        return cls(
+            api=env.get("JOBS_DEV_API_LISTEN") or default.api,
+            api_metrics=env.get("JOBS_DEV_METRICS_LISTEN") or default.api_metrics,
+            worker_metrics=tuple(a.strip() for a in workers.split(",") if a.strip()) or default.worker_metrics,
+        )
+
+    def all(self) -> tuple[str, ...]:
+        return (self.api, self.api_metrics, *self.worker_metrics)
+
 DEV_TENANT = "dev"
 EMBEDDED_DATABASE = "jobs"
 
@@ -62,6 +83,7 @@ class Child:
 
 @dataclass
 class Stack:
+    addresses: Addresses
     stop_requested: threading.Event = field(default_factory=threading.Event)
     children: list[Child] = field(default_factory=list)
     embedded_server: object | None = None
@@ -80,11 +102,11 @@ class Stack:
 
 def main() -> int:
     started = time.monotonic()
-    stack = Stack()
+    stack = Stack(Addresses.from_env(os.environ))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stack.stop_requested.set())
     try:
-        _check_ports_free()
+        _check_ports_free(stack.addresses)
         database_url = _database_url(stack)
         _migrate(database_url)
         tenant_token, worker_token = _write_tokens_file()
@@ -92,7 +114,7 @@ def main() -> int:
         _wait_until_serving(stack, started)
         _start_workers(stack, database_url, worker_token)
         _wait_for_workers(stack)
-        _print_welcome(time.monotonic() - started, tenant_token)
+        _print_welcome(stack.addresses, time.monotonic() - started, tenant_token)
         return _supervise(stack)
     except StackError as exc:
         print(f"dev stack: {exc}", file=sys.stderr)
@@ -101,8 +123,8 @@ def main() -> int:
         _stop(stack)
 
 
-def _check_ports_free() -> None:
-    for address in (API_LISTEN, API_METRICS_LISTEN, *WORKER_METRICS_LISTENS):
+def _check_ports_free(addresses: Addresses) -> None:
+    for address in addresses.all():
         host, port = address.rsplit(":", 1)
         with socket.socket() as probe:
             probe.settimeout(0.5)
@@ -215,8 +237,8 @@ def _start_child(stack: Stack, name: str, module: str, env: dict[str, str]) -> N
 def _start_api(stack: Stack, database_url: str) -> None:
     env = {
         "DATABASE_URL": database_url,
-        "JOBS_API_LISTEN": API_LISTEN,
-        "JOBS_METRICS_LISTEN": API_METRICS_LISTEN,
+        "JOBS_API_LISTEN": stack.addresses.api,
+        "JOBS_METRICS_LISTEN": stack.addresses.api_metrics,
         "JOBS_TOKENS_FILE": str(TOKENS_FILE),
     }
     _start_child(stack, "api", "api_service", env)
@@ -225,10 +247,10 @@ def _start_api(stack: Stack, database_url: str) -> None:
 def _start_workers(stack: Stack, database_url: str, worker_token: str) -> None:
     if importlib.util.find_spec("worker_service.__main__") is None:
         raise StackError("worker_service has no __main__ module yet; cannot start workers")
-    for number, metrics_listen in enumerate(WORKER_METRICS_LISTENS, start=1):
+    for number, metrics_listen in enumerate(stack.addresses.worker_metrics, start=1):
         env = {
             "DATABASE_URL": database_url,
-            "JOBS_API_TARGET": API_LISTEN,
+            "JOBS_API_TARGET": stack.addresses.api,
             "JOBS_WORKER_TOKEN": worker_token,
             "JOBS_WORKER_ID": f"dev-worker-{number}",
             "JOBS_METRICS_LISTEN": metrics_listen,
@@ -242,14 +264,14 @@ def _wait_until_serving(stack: Stack, started: float) -> None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     deadline = time.monotonic() + SERVING_TIMEOUT_SECONDS
-    with grpc.insecure_channel(API_LISTEN) as channel:
+    with grpc.insecure_channel(stack.addresses.api) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             stack.check()
             with contextlib.suppress(grpc.RpcError):
                 reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    print(f"API serving on {API_LISTEN} after {time.monotonic() - started:.1f}s")
+                    print(f"API serving on {stack.addresses.api} after {time.monotonic() - started:.1f}s")
                     return
             time.sleep(POLL_SECONDS)
     raise StackError(f"the API was not SERVING within {SERVING_TIMEOUT_SECONDS:.0f}s; see {LOG_DIR}/api.log")
@@ -258,7 +280,7 @@ def _wait_until_serving(stack: Stack, started: float) -> None:
 def _wait_for_workers(stack: Stack) -> None:
     """A worker is up once its metrics endpoint answers."""
     deadline = time.monotonic() + SERVING_TIMEOUT_SECONDS
-    waiting = list(WORKER_METRICS_LISTENS)
+    waiting = list(stack.addresses.worker_metrics)
     while waiting:
         stack.check()
         if time.monotonic() > deadline:
@@ -277,17 +299,18 @@ def _http_answers(url: str) -> bool:
         return False
 
 
-def _print_welcome(seconds: float, tenant_token: str) -> None:
-    host, port = API_LISTEN.rsplit(":", 1)
+def _print_welcome(addresses: Addresses, seconds: float, tenant_token: str) -> None:
+    host, port = addresses.api.rsplit(":", 1)
+    target = "" if addresses.api == Addresses().api else f"  export JOBS_API_TARGET={addresses.api}\n"
     print(
         f"""
-Ready in {seconds:.1f}s: API on {API_LISTEN} (metrics http://{API_METRICS_LISTEN}/metrics),
-workers with metrics on {', '.join(f'http://{m}/metrics' for m in WORKER_METRICS_LISTENS)}.
+Ready in {seconds:.1f}s: API on {addresses.api} (metrics http://{addresses.api_metrics}/metrics),
+workers with metrics on {', '.join(f'http://{m}/metrics' for m in addresses.worker_metrics)}.
 Logs: {LOG_DIR.relative_to(REPO)}/*.log. Ctrl-C stops everything.
 
 In another shell (the token is new on every start, for tenant "{DEV_TENANT}"):
 
-  export JOBS_TOKEN={tenant_token}
+{target}  export JOBS_TOKEN={tenant_token}
   .venv/bin/jobsctl submit echo --payload 'hello'        # prints the job id
   .venv/bin/jobsctl result --wait JOB_ID                 # prints hello
   .venv/bin/jobsctl submit summarize --payload-file README.md

@@ -6,27 +6,18 @@ from __future__ import annotations
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
 
 import pytest
 
-from tests.process_fixtures import REPO_ROOT
+from tests.process_fixtures import REPO_ROOT, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
-# The fixed loopback addresses of scripts/dev_stack.py, the stack `make run` starts.
-DEV_ADDRESSES = (("127.0.0.1", 50051), ("127.0.0.1", 9464), ("127.0.0.1", 9465), ("127.0.0.1", 9466))
 READY_TIMEOUT_SECONDS = 90
 TOKEN_PREFIX = "export JOBS_TOKEN="
-
-
-def _in_use(address: tuple[str, int]) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex(address) == 0
 
 
 def _lines(stream) -> queue.Queue:
@@ -42,20 +33,24 @@ def _lines(stream) -> queue.Queue:
     return lines
 
 
-def _cli(token: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "JOBS_TOKEN": token, "JOBS_API_TARGET": "127.0.0.1:50051"}
+def _cli(target: str, token: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "JOBS_TOKEN": token, "JOBS_API_TARGET": target}
     return subprocess.run(
         [sys.executable, "-m", "jobsctl", *args], env=env, cwd=REPO_ROOT, capture_output=True, timeout=60, check=False
     )
 
 
 def test_jobsctl_dev_runs_the_local_stack_until_ctrl_c(database_url: str) -> None:
-    busy = [f"{host}:{port}" for host, port in DEV_ADDRESSES if _in_use((host, port))]
-    if busy:
-        pytest.skip(f"{', '.join(busy)} in use here (a `make run` of someone else?): the dev stack's ports are fixed")
+    # Free ports rather than the fixed ones, so a `make run` on this machine cannot get in the way.
+    target = f"127.0.0.1:{free_port()}"
+    addresses = {
+        "JOBS_DEV_API_LISTEN": target,
+        "JOBS_DEV_METRICS_LISTEN": f"127.0.0.1:{free_port()}",
+        "JOBS_DEV_WORKER_METRICS_LISTEN": f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}",
+    }
     dev = subprocess.Popen(
         [sys.executable, "-m", "jobsctl", "dev"],
-        env={**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1", **addresses},
         cwd=REPO_ROOT,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -73,9 +68,9 @@ def test_jobsctl_dev_runs_the_local_stack_until_ctrl_c(database_url: str) -> Non
                 token = line.strip().removeprefix(TOKEN_PREFIX)
         assert "using DATABASE_URL from the environment" in "".join(output)
 
-        submitted = _cli(token, "submit", "echo", "--payload", "from jobsctl dev")
+        submitted = _cli(target, token, "submit", "echo", "--payload", "from jobsctl dev")
         assert submitted.returncode == 0, submitted.stderr
-        result = _cli(token, "result", "--wait", submitted.stdout.decode().strip())
+        result = _cli(target, token, "result", "--wait", submitted.stdout.decode().strip())
         assert (result.returncode, result.stdout) == (0, b"from jobsctl dev"), result.stderr
 
         dev.send_signal(signal.SIGINT)

@@ -47,13 +47,13 @@ def normalise_dump(text: str) -> str:
 def _pg_dump_matching_server(database_url: str) -> str:
     pg_dump = os.environ.get(PG_DUMP_ENV) or shutil.which("pg_dump")
     if not pg_dump:
-        pytest.skip(f"pg_dump is not on PATH; set {PG_DUMP_ENV}")
+        pytest.fail(f"pg_dump is not on PATH; install PostgreSQL's client tools or set {PG_DUMP_ENV}")
     client = subprocess.run([pg_dump, "--version"], capture_output=True, text=True, check=True).stdout
     client_major = re.search(r"\)\s*(\d+)", client)  # "pg_dump (PostgreSQL) 15.20 (Debian …)"
     with psycopg.connect(database_url) as conn:
         server_major = int(conn.execute("SHOW server_version_num").fetchone()[0]) // 10_000
     if client_major is None or int(client_major[1]) != server_major:
-        pytest.skip(f"the snapshot needs pg_dump {server_major}, found {client.strip()}")
+        pytest.fail(f"the snapshot needs pg_dump {server_major}, found {client.strip()}; set {PG_DUMP_ENV}")
     return pg_dump
 
 
