@@ -3,9 +3,7 @@ unblocks the dependent, even when they succeed in concurrent transactions."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
 
 import psycopg
 import pytest
@@ -17,6 +15,7 @@ from shared.domain.submission_rules import SubmissionLimits
 from shared.handlers.loader import load_registry
 from shared.storage import queries
 from tests import factories
+from tests.conditions import wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -27,6 +26,11 @@ def _complete(conn: psycopg.Connection, claimed) -> None:
         {"job_ids": [claimed.job_id], "fencing_tokens": [claimed.fencing_token], "results": [b"r"],
          "worker_id": "w"},
     )
+
+
+def _waits_on_a_lock(sync_db, pid: int) -> bool:
+    row = sync_db.one("SELECT count(*) AS n FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'", (pid,))
+    return row["n"] == 1
 
 
 async def test_two_dependencies_succeeding_in_concurrent_transactions_unblock_the_dependent(
@@ -53,15 +57,10 @@ async def test_two_dependencies_succeeding_in_concurrent_transactions_unblock_th
 
         racer = threading.Thread(target=complete_second)
         racer.start()
-        deadline = time.monotonic() + 5
-        while not finished.is_set() and time.monotonic() < deadline:
-            waiting = sync_db.one(
-                "SELECT count(*) AS n FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'",
-                (other_pid,),
-            )["n"]
-            if waiting:
-                break
-            await asyncio.sleep(0.01)
+        # With dependents locked first, the second completion waits for the first to commit.
+        await wait_until(
+            lambda: finished.is_set() or _waits_on_a_lock(sync_db, other_pid), what="the second completion"
+        )
         one.commit()
         racer.join(10)
 

@@ -17,6 +17,7 @@ from shared.domain.submission_rules import SubmissionLimits
 from shared.handlers.loader import load_registry
 from shared.storage.database import Database, call_deadline
 from tests import factories
+from tests.conditions import wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -95,6 +96,13 @@ async def test_the_deadline_becomes_the_statement_timeout(db: Database) -> None:
         assert (await cur.fetchone())["t"] == "0"
 
 
+def _backends_waiting_on_a_lock(database_url: str) -> int:
+    with psycopg.connect(database_url) as probe:
+        return probe.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()[0]
+
+
 async def test_one_callers_deadline_does_not_bound_the_group_commit_it_started(db: Database, database_url) -> None:
     """The group committer's task outlives the caller that started it and runs later callers' work: it
     must not inherit the first caller's deadline."""
@@ -106,7 +114,7 @@ async def test_one_callers_deadline_does_not_bound_the_group_commit_it_started(d
             first = asyncio.create_task(
                 submissions.submit(ACME, "tenant:acme", factories.new_job(resource_key="doc", resource_version=2))
             )
-        await asyncio.sleep(0.1)  # the first transaction is now waiting for the lock
+        await wait_until(lambda: _backends_waiting_on_a_lock(database_url) == 1, what="the first submission to wait")
         later = asyncio.create_task(submissions.submit(ACME, "tenant:acme", factories.new_job()))
         await asyncio.sleep(0.5)  # past the first caller's deadline
         locker.rollback()
