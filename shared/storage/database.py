@@ -21,16 +21,9 @@ from shared.domain.errors import (
     InvalidArgument,
     Unavailable,
 )
+from shared.storage import queries
 
 Connection = psycopg.AsyncConnection[dict]
-
-# These statements configure the transaction rather than read an aggregate, so they live here, beside
-# the one function that sends them, instead of in sql/*.sql.
-_SCOPE_TENANT = "SELECT set_config('jobs.tenant', %(tenant)s, true)"
-_SCOPE_TIMEOUT = "SELECT set_config('statement_timeout', %(timeout_ms)s, true)"
-_SCOPE_TENANT_AND_TIMEOUT = (
-    "SELECT set_config('jobs.tenant', %(tenant)s, true), set_config('statement_timeout', %(timeout_ms)s, true)"
-)
 
 # Monotonic time by which the current call's caller stops waiting; None when it set no deadline.
 _call_deadline: ContextVar[float | None] = ContextVar("jobs_call_deadline", default=None)
@@ -84,7 +77,7 @@ def _seconds_left() -> float | None:
 async def set_tenant(conn: Connection, tenant: str) -> None:
     """Confines the rest of the current transaction to one tenant's rows (row-level security, for the
     jobs_api role); call it again to switch tenants mid-transaction."""
-    await conn.execute(_SCOPE_TENANT, {"tenant": tenant})
+    await conn.execute(queries.SESSION_SCOPE_TENANT, {"tenant": tenant})
 
 
 async def _scope(conn: Connection, tenant: str | None, seconds_left: float | None) -> None:
@@ -95,9 +88,9 @@ async def _scope(conn: Connection, tenant: str | None, seconds_left: float | Non
         return
     timeout_ms = str(max(1, int(seconds_left * 1000)))
     if tenant is None:
-        await conn.execute(_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms})
+        await conn.execute(queries.SESSION_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms})
     else:
-        await conn.execute(_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms})
+        await conn.execute(queries.SESSION_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms})
 
 
 class Database:
@@ -146,7 +139,7 @@ class Database:
             return await self._probe.ping(timeout_seconds)
         try:
             async with self._pool.connection(timeout=timeout_seconds) as conn:
-                await conn.execute("SELECT 1")
+                await conn.execute(queries.SESSION_PING)
             return True
         except (psycopg.Error, PoolTimeout, OSError):
             return False
@@ -175,7 +168,7 @@ class DatabaseProbe:
                     self._conn = await psycopg.AsyncConnection.connect(
                         self._url, autocommit=True, application_name=self._application_name
                     )
-                await self._conn.execute("SELECT 1")
+                await self._conn.execute(queries.SESSION_PING)
             return True
         except (psycopg.Error, OSError, TimeoutError):
             await self.close()

@@ -8,6 +8,7 @@ from importlib import resources
 
 import psycopg
 
+from shared.storage import queries
 from shared.storage.database import translate_db_errors
 
 _FILENAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -39,25 +40,18 @@ def available_migrations() -> list[Migration]:
 def migrate(database_url: str) -> list[Migration]:
     """Applies what is missing and returns it; running it again applies nothing."""
     with translate_db_errors(), psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+        conn.execute(queries.MIGRATION_LOCK, {"lock_key": MIGRATION_LOCK_KEY})
         try:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                " version integer PRIMARY KEY, name text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
-            )
-            done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+            conn.execute(queries.MIGRATION_TABLE_CREATE)
+            done = {row[0] for row in conn.execute(queries.MIGRATION_APPLIED_VERSIONS)}
             applied = []
             for migration in available_migrations():
                 if migration.version in done:
                     continue
                 with conn.transaction():
                     conn.execute(migration.sql)
-                    conn.execute(
-                        "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
-                        (migration.version, migration.name),
-                    )
+                    conn.execute(queries.MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
                 applied.append(migration)
             return applied
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+            conn.execute(queries.MIGRATION_UNLOCK, {"lock_key": MIGRATION_LOCK_KEY})

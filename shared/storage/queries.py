@@ -7,6 +7,8 @@ _results = load_sql_blocks("results.sql")
 _events = load_sql_blocks("events.sql")
 _receipts = load_sql_blocks("receipts.sql")
 _metrics = load_sql_blocks("metrics.sql")
+_session = load_sql_blocks("session.sql")
+_migrations = load_sql_blocks("migrations.sql")
 
 JOB_INSERT = _jobs.pop("job_insert")
 JOB_INSERT_MANY = _jobs.pop("job_insert_many")
@@ -45,6 +47,19 @@ RECEIPT_LIST = _receipts.pop("receipt_list")
 METRICS_EXPORTER_LOCK_TRY = _metrics.pop("metrics_exporter_lock_try")
 METRICS_QUEUE_SNAPSHOT = _metrics.pop("metrics_queue_snapshot")
 
-_unused = sorted(_jobs) + sorted(_results) + sorted(_events) + sorted(_receipts) + sorted(_metrics)
+SESSION_SCOPE_TENANT = _session.pop("session_scope_tenant")
+SESSION_SCOPE_TIMEOUT = _session.pop("session_scope_timeout")
+SESSION_SCOPE_TENANT_AND_TIMEOUT = _session.pop("session_scope_tenant_and_timeout")
+SESSION_PING = _session.pop("session_ping")
+
+MIGRATION_LOCK = _migrations.pop("migration_lock")
+MIGRATION_UNLOCK = _migrations.pop("migration_unlock")
+MIGRATION_TABLE_CREATE = _migrations.pop("migration_table_create")
+MIGRATION_APPLIED_VERSIONS = _migrations.pop("migration_applied_versions")
+MIGRATION_RECORD = _migrations.pop("migration_record")
+
+_unused = sorted(
+    name for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations) for name in blocks
+)
 if _unused:
     raise RuntimeError(f"SQL blocks without a constant: {_unused}")

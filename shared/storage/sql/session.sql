@@ -1,0 +1,17 @@
+-- Statements that configure a connection or transaction rather than read or write an aggregate.
+
+-- name: session_scope_tenant
+-- Confines the rest of the transaction to one tenant's rows (row-level security).
+SELECT set_config('jobs.tenant', %(tenant)s, true);
+
+-- name: session_scope_timeout
+-- Bounds every later statement of the transaction by the caller's remaining time.
+SELECT set_config('statement_timeout', %(timeout_ms)s, true);
+
+-- name: session_scope_tenant_and_timeout
+-- Both of the above in one round trip.
+SELECT set_config('jobs.tenant', %(tenant)s, true), set_config('statement_timeout', %(timeout_ms)s, true);
+
+-- name: session_ping
+-- Whether the database answers at all.
+SELECT 1;
