@@ -57,8 +57,15 @@ def _bearer_token(metadata) -> str | None:
     return None
 
 
-async def _abort(context: grpc.aio.ServicerContext, error: Exception) -> None:
-    status = status_for(error) if isinstance(error, JobsError) else internal_status()
+def _status_of(error: Exception, labels: tuple[str, str] | None = None) -> grpc.Status:
+    """The caller's status; an error outside the tree is a bug, logged here with its stack."""
+    if isinstance(error, JobsError):
+        return status_for(error)
+    log.exception("unexpected error in %s/%s", *(labels or ("?", "?")))
+    return internal_status()
+
+
+async def _abort(context: grpc.aio.ServicerContext, status: grpc.Status) -> None:
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
@@ -118,8 +125,9 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                 code = context.code() or grpc.StatusCode.UNKNOWN
                 raise
             except Exception as error:  # noqa: BLE001 - every error must leave as a status
-                code = self._log_and_code(error, labels)
-                await _abort(context, error)
+                status = _status_of(error, labels)
+                code = status.code
+                await _abort(context, status)
             finally:
                 if token is not None:
                     request_context.reset_principal(token)
@@ -144,22 +152,15 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                 code = context.code() or grpc.StatusCode.UNKNOWN
                 raise
             except Exception as error:  # noqa: BLE001
-                code = self._log_and_code(error, labels)
-                await _abort(context, error)
+                status = _status_of(error, labels)
+                code = status.code
+                await _abort(context, status)
             finally:
                 if token is not None:
                     request_context.reset_principal(token)
                 self._metrics.observe(labels, code, time.perf_counter() - started)
 
         return behavior
-
-    @staticmethod
-    def _log_and_code(error: Exception, labels: tuple[str, str]) -> grpc.StatusCode:
-        if isinstance(error, JobsError):
-            status = status_for(error)
-            return status.code
-        log.exception("unexpected error in %s/%s", *labels)
-        return grpc.StatusCode.INTERNAL
 
 
 def _guard_open(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
@@ -169,7 +170,7 @@ def _guard_open(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 
         async def unary(request, context):
             if request is _UNDECODABLE:
-                await _abort(context, _malformed())
+                await _abort(context, status_for(_malformed()))
             return await inner(request, context)
 
         return grpc.unary_unary_rpc_method_handler(
@@ -180,7 +181,7 @@ def _guard_open(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 
         async def stream(request, context):
             if request is _UNDECODABLE:
-                await _abort(context, _malformed())
+                await _abort(context, status_for(_malformed()))
             async for message in inner_stream(request, context):
                 yield message
 
