@@ -13,7 +13,7 @@ VENV_STAMP := $(VENV)/.installed-from-pyproject
 TEST_ADMIN_URL_DEFAULT := postgresql://postgres@127.0.0.1:5432/postgres
 export JOBS_TEST_ADMIN_URL ?= $(or $(DATABASE_URL),$(TEST_ADMIN_URL_DEFAULT))
 
-.PHONY: help venv generate lint test run bench system-deps clean
+.PHONY: help venv generate lint format test run bench system-deps clean
 
 help: ## List the targets
 	@echo "Usage: make TARGET"
@@ -31,9 +31,14 @@ generate: venv ## Regenerate the gRPC stubs in proto/jobs/v1 and docs/API.md fro
 	PYTHON=$(VENV_PYTHON) scripts/generate_stubs.sh
 	$(VENV_PYTHON) scripts/api_docs.py
 
-lint: venv ## ruff, and import-linter's layer contracts from pyproject.toml
+lint: venv ## ruff (lint and format check), and import-linter's layer contracts from pyproject.toml
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+
+format: venv ## Apply ruff's formatter and its autofixable lint rules
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
 
 test: venv lint ## lint, then pytest (PostgreSQL from JOBS_TEST_ADMIN_URL, else DATABASE_URL, else local :5432)
 	@echo "tests use admin URL $(JOBS_TEST_ADMIN_URL)"

@@ -53,7 +53,7 @@ def _split_method(full_method: str) -> tuple[str, str]:
 def _bearer_token(metadata) -> str | None:
     for key, value in metadata or ():
         if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
-            return value[len("Bearer "):].strip()
+            return value[len("Bearer ") :].strip()
     return None
 
 

@@ -21,7 +21,11 @@ def _tenant() -> TenantId:
 
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(
-        self, submissions: SubmissionService, queries: JobQueries, lifecycle: JobLifecycle, watch: JobWatch,
+        self,
+        submissions: SubmissionService,
+        queries: JobQueries,
+        lifecycle: JobLifecycle,
+        watch: JobWatch,
         admission: SubmissionAdmission,
     ) -> None:
         self._admission = admission
@@ -42,9 +46,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         await self._admission.admit(_tenant(), len(jobs))
         outcomes = await self._submissions.submit_many(_tenant(), current_principal().name, jobs)
         return jobs_pb2.SubmitJobsResponse(
-            results=[
-                jobs_pb2.SubmitJobResponse(job=convert.job_to_proto(o.job), created=o.created) for o in outcomes
-            ]
+            results=[jobs_pb2.SubmitJobResponse(job=convert.job_to_proto(o.job), created=o.created) for o in outcomes]
         )
 
     async def GetJob(self, request, context):
@@ -75,7 +77,10 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     async def RetryJob(self, request, context):
         job = await self._lifecycle.retry(
-            _tenant(), current_principal().name, JobId(request.job_id), request.reason,
+            _tenant(),
+            current_principal().name,
+            JobId(request.job_id),
+            request.reason,
             accept_duplicate_risk=request.accept_duplicate_risk,
         )
         return convert.job_to_proto(job)

@@ -19,12 +19,17 @@ class RpcMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.handled = Counter(
-            "grpc_server_handled_total", "RPCs completed on the server, by status code.",
-            ["grpc_service", "grpc_method", "grpc_code"], registry=registry,
+            "grpc_server_handled_total",
+            "RPCs completed on the server, by status code.",
+            ["grpc_service", "grpc_method", "grpc_code"],
+            registry=registry,
         )
         self.seconds = Histogram(
-            "grpc_server_handling_seconds", "Time to handle an RPC, until its status is sent.",
-            ["grpc_service", "grpc_method"], buckets=RPC_SECONDS_BUCKETS, registry=registry,
+            "grpc_server_handling_seconds",
+            "Time to handle an RPC, until its status is sent.",
+            ["grpc_service", "grpc_method"],
+            buckets=RPC_SECONDS_BUCKETS,
+            registry=registry,
         )
 
     def observe(self, labels: tuple[str, str], code: grpc.StatusCode, seconds: float) -> None:
@@ -38,8 +43,10 @@ class ReportMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.fenced_rejections = Counter(
-            "jobs_fenced_rejections_total", "Worker reports refused by the fencing check, by reason.",
-            ["reason"], registry=registry,
+            "jobs_fenced_rejections_total",
+            "Worker reports refused by the fencing check, by reason.",
+            ["reason"],
+            registry=registry,
         )
         for outcome in ReportOutcome:
             if outcome is not ReportOutcome.ACCEPTED:
@@ -61,19 +68,25 @@ class ResultCacheMetrics:
             "jobs_result_cache_lookups_total",
             "Result reads by outcome: hit (answered from the cache), miss (started a database read), coalesced"
             " (waited for a read already under way), rejected (too many distinct reads under way).",
-            ["read", "outcome"], registry=registry,
+            ["read", "outcome"],
+            registry=registry,
         )
         self.loads = Counter(
-            "jobs_result_cache_loads_total", "Database reads made behind the result cache.", ["read"],
+            "jobs_result_cache_loads_total",
+            "Database reads made behind the result cache.",
+            ["read"],
             registry=registry,
         )
         self.evictions = Counter(
             "jobs_result_cache_evictions_total",
-            "Entries dropped: capacity (the entry or byte bound) or expired (the TTL).", ["reason"], registry=registry,
+            "Entries dropped: capacity (the entry or byte bound) or expired (the TTL).",
+            ["reason"],
+            registry=registry,
         )
         self.entries = Gauge("jobs_result_cache_entries", "Entries the result cache holds.", registry=registry)
         self.bytes = Gauge(
-            "jobs_result_cache_bytes", "Bytes the result cache holds: payloads plus a fixed estimate per entry.",
+            "jobs_result_cache_bytes",
+            "Bytes the result cache holds: payloads plus a fixed estimate per entry.",
             registry=registry,
         )
         for read in self.READS:

@@ -88,4 +88,4 @@ def _parse_entry(index: int, raw: dict) -> _Entry:
         return _Entry(digest, Principal(Role.WORKER, None, f"worker:{name}"))
     if role == Role.TENANT and isinstance(tenant, str) and tenant:
         return _Entry(digest, Principal(Role.TENANT, TenantId(tenant), f"tenant:{tenant}"))
-    raise SettingsError(f"{where}: needs either tenant = \"<name>\" or role = \"worker\"")
+    raise SettingsError(f'{where}: needs either tenant = "<name>" or role = "worker"')

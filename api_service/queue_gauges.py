@@ -97,22 +97,26 @@ class QueueGaugeCollector(Collector):
 
 def _families(snapshot: QueueSnapshot | None, *, exporting: bool, age: float) -> list[Metric]:
     exporter = GaugeMetricFamily(
-        "jobs_metrics_exporter", "1 in the one API replica that exports the database gauges, else 0.",
+        "jobs_metrics_exporter",
+        "1 in the one API replica that exports the database gauges, else 0.",
         value=1 if exporting else 0,
     )
     if not exporting:
         return [exporter]
     depth = GaugeMetricFamily(
-        "jobs_queue_depth", "Open jobs by tenant, kind and state (pending, blocked, running, retry_wait, "
-        "outcome_unknown).", labels=["tenant", "kind", "state"],
+        "jobs_queue_depth",
+        "Open jobs by tenant, kind and state (pending, blocked, running, retry_wait, outcome_unknown).",
+        labels=["tenant", "kind", "state"],
     )
     oldest = GaugeMetricFamily(
-        "jobs_oldest_wait_seconds", "Age of the oldest runnable job (pending or retry_wait, run_after passed).",
+        "jobs_oldest_wait_seconds",
+        "Age of the oldest runnable job (pending or retry_wait, run_after passed).",
         labels=["tenant", "kind"],
     )
     failed = GaugeMetricFamily(
-        "jobs_recently_failed", "Jobs that ended FAILED within the failure window (JOBS_METRICS_FAILED_WINDOW_"
-        "SECONDS).", labels=["tenant", "kind"],
+        "jobs_recently_failed",
+        "Jobs that ended FAILED within the failure window (JOBS_METRICS_FAILED_WINDOW_SECONDS).",
+        labels=["tenant", "kind"],
     )
     snapshot_age = GaugeMetricFamily(
         "jobs_metrics_snapshot_age_seconds", "Time since the database gauges were last read.", value=max(age, 0.0)

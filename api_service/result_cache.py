@@ -169,8 +169,9 @@ class ResultCache:
         """Entries and accounted bytes, expired ones not yet dropped included (they still take memory)."""
         return cachetools.Cache.__len__(self._entries), self._bytes
 
-    async def get(self, key: Hashable, loader: Callable[[], Awaitable[V]], *, size_of: Callable[[V], int],
-                  read: str) -> V:
+    async def get(
+        self, key: Hashable, loader: Callable[[], Awaitable[V]], *, size_of: Callable[[V], int], read: str
+    ) -> V:
         """The kept answer for `key`, else the loader's: shared with concurrent callers, then kept."""
         entry = self._entries.get(key)
         if entry is not None:
@@ -196,8 +197,9 @@ class ResultCache:
         load = self._join(key, self._counted(loader, read), read, started_after=self._loads.epoch)
         return await asyncio.shield(load.outcome)
 
-    def _join(self, key: Hashable, loader: Callable[[], Awaitable[Any]], read: str, *,
-              started_after: int | None = None) -> _Load:
+    def _join(
+        self, key: Hashable, loader: Callable[[], Awaitable[Any]], read: str, *, started_after: int | None = None
+    ) -> _Load:
         try:
             load, created = self._loads.join(key, loader, started_after=started_after)
         except ResourceExhausted:
@@ -213,8 +215,9 @@ class ResultCache:
 
         return load
 
-    def _loading_and_keeping(self, key: Hashable, loader: Callable[[], Awaitable[V]], size_of: Callable[[V], int],
-                             read: str) -> Callable[[], Awaitable[V]]:
+    def _loading_and_keeping(
+        self, key: Hashable, loader: Callable[[], Awaitable[V]], size_of: Callable[[V], int], read: str
+    ) -> Callable[[], Awaitable[V]]:
         async def load() -> V:
             self._metrics.loaded(read)
             value = await loader()

@@ -122,7 +122,8 @@ async def serve(settings: ApiSettings) -> None:
         asyncio.create_task(hub.run()),
     ]
     log.info(
-        "API serving on %s (%s)%s", settings.listen,
+        "API serving on %s (%s)%s",
+        settings.listen,
         "plaintext" if not settings.tls else "mutual TLS" if settings.tls.client_ca_file else "TLS",
         f", health also on {settings.health_listen} (plaintext)" if settings.health_listen else "",
     )

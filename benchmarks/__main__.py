@@ -25,8 +25,11 @@ def main() -> int:
     soak_seconds = float(os.environ.get("BENCH_SOAK_SECONDS", "600"))
     only = {s for s in os.environ.get("BENCH_ONLY", "").split(",") if s} or set(SCENARIOS)
     figures: dict[str, object] = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"), "cpus": os.cpu_count(),
-        "machine": platform.machine(), "python": platform.python_version(), "jobs": jobs,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "jobs": jobs,
     }
     rows: list[tuple[str, str, str]] = []
     if "workdown" in only or "history" in only:
@@ -36,25 +39,45 @@ def main() -> int:
         with fresh_database("workdown") as url:
             figures["workdown_jobs_per_s"] = scenarios.work_down(url, jobs)
         figures["workdown_vs_sql"] = figures["workdown_jobs_per_s"] / figures["bare_sql_jobs_per_s"]
-        rows += [("bare-SQL lifecycle limit", f"{figures['bare_sql_jobs_per_s']:,.0f} jobs/s", "measured"),
-                 ("work-down through the API", f"{figures['workdown_jobs_per_s']:,.0f} jobs/s",
-                  f"{figures['workdown_vs_sql']:.0%} of SQL (target >= 60%, >= 10,000/s)")]
+        rows += [
+            ("bare-SQL lifecycle limit", f"{figures['bare_sql_jobs_per_s']:,.0f} jobs/s", "measured"),
+            (
+                "work-down through the API",
+                f"{figures['workdown_jobs_per_s']:,.0f} jobs/s",
+                f"{figures['workdown_vs_sql']:.0%} of SQL (target >= 60%, >= 10,000/s)",
+            ),
+        ]
     if "submit" in only:
         with fresh_database("submit") as url:
             submit = scenarios.submit_rate(url)
         figures.update({f"submit_{k}" if not k.startswith("submit") else k: v for k, v in submit.items()})
         figures["submit_vs_noop"] = submit["submit_per_s"] / submit["noop_rpc_per_s"]
-        rows += [("no-op RPC, 64 clients", f"{submit['noop_rpc_per_s']:,.0f} calls/s", "measured"),
-                 ("SubmitJob, 64 clients", f"{submit['submit_per_s']:,.0f} jobs/s",
-                  f"{figures['submit_vs_noop']:.0%} of no-op (target >= 50%); all {submit['acknowledged']} stored")]
+        rows += [
+            ("no-op RPC, 64 clients", f"{submit['noop_rpc_per_s']:,.0f} calls/s", "measured"),
+            (
+                "SubmitJob, 64 clients",
+                f"{submit['submit_per_s']:,.0f} jobs/s",
+                f"{figures['submit_vs_noop']:.0%} of no-op (target >= 50%); all {submit['acknowledged']} stored",
+            ),
+        ]
     if "pickup" in only:
         with fresh_database("pickup") as url:
             pickup = scenarios.pickup_latency(url)
         figures.update({f"pickup_{k}": v for k, v in pickup.items()})
-        rows.append(("pickup latency at 200 jobs/s", f"p50 {pickup['p50_ms']:.1f} ms, p99 {pickup['p99_ms']:.1f} ms",
-                     "answered -> started; target p50 <= 5 ms, p99 <= 25 ms"))
-        rows.append(("  the same, from the call sent",
-                     f"p50 {pickup['from_sent_p50_ms']:.1f} ms, p99 {pickup['from_sent_p99_ms']:.1f} ms", "context"))
+        rows.append(
+            (
+                "pickup latency at 200 jobs/s",
+                f"p50 {pickup['p50_ms']:.1f} ms, p99 {pickup['p99_ms']:.1f} ms",
+                "answered -> started; target p50 <= 5 ms, p99 <= 25 ms",
+            )
+        )
+        rows.append(
+            (
+                "  the same, from the call sent",
+                f"p50 {pickup['from_sent_p50_ms']:.1f} ms, p99 {pickup['from_sent_p99_ms']:.1f} ms",
+                "context",
+            )
+        )
     if "history" in only:
         with fresh_database("history") as url:
             started = time.monotonic()
@@ -63,16 +86,24 @@ def main() -> int:
             figures["history_load_seconds"] = time.monotonic() - started
             figures["workdown_with_history_jobs_per_s"] = scenarios.work_down(url, jobs)
         figures["history_slowdown"] = 1 - figures["workdown_with_history_jobs_per_s"] / figures["workdown_jobs_per_s"]
-        rows.append((f"work-down with {history_rows:,} finished jobs",
-                     f"{figures['workdown_with_history_jobs_per_s']:,.0f} jobs/s",
-                     f"{figures['history_slowdown']:+.0%} vs empty (target within 15%)"))
+        rows.append(
+            (
+                f"work-down with {history_rows:,} finished jobs",
+                f"{figures['workdown_with_history_jobs_per_s']:,.0f} jobs/s",
+                f"{figures['history_slowdown']:+.0%} vs empty (target within 15%)",
+            )
+        )
     if "memory" in only:
         with fresh_database("memory") as url:
             soak = scenarios.memory_soak(url, seconds=soak_seconds)
         figures.update({f"worker_rss_{k}": v for k, v in soak.items()})
-        rows.append((f"worker RSS over {soak_seconds:.0f}s at 200 jobs/s",
-                     f"{soak['early_mib']:.1f} -> {soak['late_mib']:.1f} MiB",
-                     f"{soak['growth_ratio']:+.1%} (target within 10%)"))
+        rows.append(
+            (
+                f"worker RSS over {soak_seconds:.0f}s at 200 jobs/s",
+                f"{soak['early_mib']:.1f} -> {soak['late_mib']:.1f} MiB",
+                f"{soak['growth_ratio']:+.1%} (target within 10%)",
+            )
+        )
     width = max(len(r[0]) for r in rows)
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:>24}  {note}")

@@ -97,13 +97,30 @@ class ServicePair:
         common = {"DATABASE_URL": self.database_url, "JOBS_LOG_LEVEL": "WARNING"}
         # The per-tenant quotas would measure themselves, not the service: off for the benchmarks.
         unlimited = {"JOBS_TENANT_SUBMIT_RATE": "0", "JOBS_TENANT_MAX_QUEUED_JOBS": "0"}
-        self._spawn("api", "api_service", {**common, **unlimited, "JOBS_API_LISTEN": self.target,
-                                           "JOBS_TOKENS_FILE": str(tokens_file), **self.api_env})
+        self._spawn(
+            "api",
+            "api_service",
+            {
+                **common,
+                **unlimited,
+                "JOBS_API_LISTEN": self.target,
+                "JOBS_TOKENS_FILE": str(tokens_file),
+                **self.api_env,
+            },
+        )
         self._wait_serving()
         for number in range(self.workers):
-            self._spawn(f"worker-{number}", "worker_service", {
-                **common, "JOBS_API_TARGET": self.target, "JOBS_WORKER_TOKEN": self.worker_token,
-                "JOBS_WORKER_ID": f"bench-{number}", **self.worker_env})
+            self._spawn(
+                f"worker-{number}",
+                "worker_service",
+                {
+                    **common,
+                    "JOBS_API_TARGET": self.target,
+                    "JOBS_WORKER_TOKEN": self.worker_token,
+                    "JOBS_WORKER_ID": f"bench-{number}",
+                    **self.worker_env,
+                },
+            )
         time.sleep(1.0)  # let the workers open their pools and LISTEN connections
         return self
 
@@ -112,10 +129,16 @@ class ServicePair:
 
     def _spawn(self, name: str, module: str, env: dict[str, str]) -> None:
         log = open(Path(self._workdir.name) / f"{name}.log", "wb")  # noqa: SIM115 - closed with the workdir
-        self.processes.append(subprocess.Popen(
-            [sys.executable, "-m", module], cwd=REPO, env={**os.environ, **env},
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        ))
+        self.processes.append(
+            subprocess.Popen(
+                [sys.executable, "-m", module],
+                cwd=REPO,
+                env={**os.environ, **env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        )
 
     def _wait_serving(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS

@@ -20,8 +20,11 @@ from shared.storage import queries
 SQL_BATCH = 1000
 SUBMIT_BATCH = 1000
 # Echo work-down: enough slots that a claim returns a full batch.
-FAST_WORKER_ENV = {"JOBS_WORKER_CONCURRENCY": "1000", "JOBS_COMPLETION_BATCH_MAX": "1000",
-                   "JOBS_COMPLETION_FLUSH_SECONDS": "0.005"}
+FAST_WORKER_ENV = {
+    "JOBS_WORKER_CONCURRENCY": "1000",
+    "JOBS_COMPLETION_BATCH_MAX": "1000",
+    "JOBS_COMPLETION_FLUSH_SECONDS": "0.005",
+}
 
 
 def _count_succeeded(url: str) -> int:
@@ -51,27 +54,45 @@ async def bare_sql_lifecycle(url: str, jobs: int) -> float:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             for offset in range(0, jobs, SQL_BATCH):
                 n = min(SQL_BATCH, jobs - offset)
-                await conn.execute(queries.JOB_INSERT_MANY, {
-                    "tenant": TENANTS[0], "actor": "bench", "job_ids": [str(uuid.uuid4()) for _ in range(n)],
-                    "kinds": ["echo"] * n, "payloads": [b"x"] * n, "priorities": [0] * n,
-                    "run_afters": [None] * n, "deadlines": [None] * n, "max_attempts": [3] * n,
-                    "backoff_bases": [1.0] * n, "backoff_caps": [300.0] * n, "labels": [Jsonb({})] * n,
-                })
+                await conn.execute(
+                    queries.JOB_INSERT_MANY,
+                    {
+                        "tenant": TENANTS[0],
+                        "actor": "bench",
+                        "job_ids": [str(uuid.uuid4()) for _ in range(n)],
+                        "kinds": ["echo"] * n,
+                        "payloads": [b"x"] * n,
+                        "priorities": [0] * n,
+                        "run_afters": [None] * n,
+                        "deadlines": [None] * n,
+                        "max_attempts": [3] * n,
+                        "backoff_bases": [1.0] * n,
+                        "backoff_caps": [300.0] * n,
+                        "labels": [Jsonb({})] * n,
+                    },
+                )
 
     async def work() -> None:
         done = 0
         async with await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as conn:
             while done < jobs:
-                cur = await conn.execute(queries.JOB_CLAIM_BATCH, {
-                    "worker_id": "bench", "kinds": ["echo"], "limit": SQL_BATCH, "lease_seconds": 30})
+                cur = await conn.execute(
+                    queries.JOB_CLAIM_BATCH,
+                    {"worker_id": "bench", "kinds": ["echo"], "limit": SQL_BATCH, "lease_seconds": 30},
+                )
                 claimed = await cur.fetchall()
                 if not claimed:
                     await asyncio.sleep(0.001)
                     continue
-                await conn.execute(queries.JOB_COMPLETE_BATCH, {
-                    "job_ids": [r["job_id"] for r in claimed],
-                    "fencing_tokens": [r["fencing_token"] for r in claimed],
-                    "results": [r["payload"] for r in claimed], "worker_id": "bench"})
+                await conn.execute(
+                    queries.JOB_COMPLETE_BATCH,
+                    {
+                        "job_ids": [r["job_id"] for r in claimed],
+                        "fencing_tokens": [r["fencing_token"] for r in claimed],
+                        "results": [r["payload"] for r in claimed],
+                        "worker_id": "bench",
+                    },
+                )
                 done += len(claimed)
 
     await asyncio.gather(submit(), work())
@@ -81,9 +102,10 @@ async def bare_sql_lifecycle(url: str, jobs: int) -> float:
 def work_down(url: str, jobs: int) -> float:
     """`jobs` echo jobs through SubmitJobs, run by two workers, completed through the API: first
     submit to last completion, jobs per second."""
-    with ServicePair(url, worker_env=FAST_WORKER_ENV) as pair, grpc.insecure_channel(
-        pair.target, options=[("grpc.max_send_message_length", 64 << 20)]
-    ) as channel:
+    with (
+        ServicePair(url, worker_env=FAST_WORKER_ENV) as pair,
+        grpc.insecure_channel(pair.target, options=[("grpc.max_send_message_length", 64 << 20)]) as channel,
+    ):
         stub = jobs_pb2_grpc.JobServiceStub(channel)
         request = [jobs_pb2.SubmitJobRequest(kind="echo", payload=b"x")] * SUBMIT_BATCH
         started = time.time()
@@ -114,6 +136,7 @@ async def _rpc_rate(target: str, make_call, clients: int, seconds: float) -> tup
 def submit_rate(url: str, clients: int = 64, seconds: float = 8.0) -> dict[str, float]:
     """Single SubmitJob calls from `clients` concurrent callers vs a no-op RPC on the same server."""
     with ServicePair(url, workers=0) as pair:
+
         def health_call(channel):
             stub = health_pb2_grpc.HealthStub(channel)
             return lambda: stub.Check(health_pb2.HealthCheckRequest(), timeout=10)
@@ -159,14 +182,18 @@ def pickup_latency(url: str, rate: float = 200.0, seconds: float = 15.0) -> dict
         answered = asyncio.run(_offer(pair.target, pair.metadata(), rate, seconds))
         _wait_all_succeeded(url, len(answered), timeout=60)
     with psycopg.connect(url) as conn:
-        started = dict(conn.execute(
-            "SELECT job_id::text, extract(epoch FROM started_at)::float8 FROM jobs").fetchall())
+        started = dict(conn.execute("SELECT job_id::text, extract(epoch FROM started_at)::float8 FROM jobs").fetchall())
     # The worker is woken by the commit's notification, so it often claims before the caller has read
     # the answer: such pickups count as 0 ms. From the call being sent, for comparison, too.
     latencies = [max(0.0, started[job_id] - at) * 1000 for job_id, (_, at) in answered.items()]
     from_sent = [(started[job_id] - sent) * 1000 for job_id, (sent, _) in answered.items()]
-    return {"p50_ms": percentile(latencies, 50), "p99_ms": percentile(latencies, 99), "jobs": len(latencies),
-            "from_sent_p50_ms": percentile(from_sent, 50), "from_sent_p99_ms": percentile(from_sent, 99)}
+    return {
+        "p50_ms": percentile(latencies, 50),
+        "p99_ms": percentile(latencies, 99),
+        "jobs": len(latencies),
+        "from_sent_p50_ms": percentile(from_sent, 50),
+        "from_sent_p99_ms": percentile(from_sent, 99),
+    }
 
 
 def add_history(url: str, rows: int) -> None:
@@ -182,7 +209,9 @@ def add_history(url: str, rows: int) -> None:
                 "  now() - interval '1 day', now() - interval '1 day', now() - interval '1 day'"
                 " FROM generate_series(1, %s) RETURNING job_id, tenant)"
                 " INSERT INTO job_results (job_id, tenant, payload, attempt, fencing_token)"
-                " SELECT job_id, tenant, '\\x78', 1, 1 FROM made", (TENANTS[1], n))
+                " SELECT job_id, tenant, '\\x78', 1, 1 FROM made",
+                (TENANTS[1], n),
+            )
         conn.execute("VACUUM ANALYZE")
 
 
@@ -207,5 +236,9 @@ def memory_soak(url: str, rate: float = 200.0, seconds: float = 600.0) -> dict[s
     # The first window is warm-up (pools, caches, histograms filling); compare the next with the last.
     early = [rss for at, rss in samples if begin + window <= at < begin + 2 * window] or [samples[0][1]]
     late = [rss for at, rss in samples if at >= end - window]
-    return {"early_mib": median(early) / 2**20, "late_mib": median(late) / 2**20,
-            "growth_ratio": median(late) / median(early) - 1.0, "seconds": seconds}
+    return {
+        "early_mib": median(early) / 2**20,
+        "late_mib": median(late) / 2**20,
+        "growth_ratio": median(late) / median(early) - 1.0,
+        "seconds": seconds,
+    }

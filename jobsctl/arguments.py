@@ -36,15 +36,21 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     )
     parser.add_argument("--token", default=env.get("JOBS_TOKEN"), help="tenant bearer token (env JOBS_TOKEN)")
     parser.add_argument(
-        "--tls-ca", default=env.get("JOBS_TLS_CA_FILE") or None, metavar="PATH",
+        "--tls-ca",
+        default=env.get("JOBS_TLS_CA_FILE") or None,
+        metavar="PATH",
         help="CA certificate (PEM) to verify the API with; turns TLS on (env JOBS_TLS_CA_FILE)",
     )
     parser.add_argument(
-        "--tls-cert", default=env.get("JOBS_TLS_CLIENT_CERT_FILE") or None, metavar="PATH",
+        "--tls-cert",
+        default=env.get("JOBS_TLS_CLIENT_CERT_FILE") or None,
+        metavar="PATH",
         help="client certificate (PEM) for mutual TLS (env JOBS_TLS_CLIENT_CERT_FILE)",
     )
     parser.add_argument(
-        "--tls-key", default=env.get("JOBS_TLS_CLIENT_KEY_FILE") or None, metavar="PATH",
+        "--tls-key",
+        default=env.get("JOBS_TLS_CLIENT_KEY_FILE") or None,
+        metavar="PATH",
         help="client private key (PEM) for mutual TLS (env JOBS_TLS_CLIENT_KEY_FILE)",
     )
     parser.add_argument("--output", "-o", choices=["text", "json"], default="text", help="default %(default)s")

@@ -125,9 +125,7 @@ class StatusLine:
 
 def run_watch(call, args: argparse.Namespace, console) -> int:
     settled: jobs_pb2.Job | None = None
-    updates = follow(
-        call.stub, args.job_id, call.metadata, after_sequence=args.after_sequence, max_wait=args.max_wait
-    )
+    updates = follow(call.stub, args.job_id, call.metadata, after_sequence=args.after_sequence, max_wait=args.max_wait)
     if args.output == "json":
         for settled in updates:
             print(message_json_line(settled), file=console.stdout, flush=True)

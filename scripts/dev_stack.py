@@ -32,7 +32,6 @@ LOG_DIR = DEV_DIR / "logs"
 TOKENS_FILE = DEV_DIR / "tokens.toml"
 
 
-
 @dataclass(frozen=True)
 class Addresses:
     """Loopback addresses of the stack; fixed for a newcomer, movable (JOBS_DEV_*) so that a second
@@ -54,6 +53,7 @@ class Addresses:
 
     def all(self) -> tuple[str, ...]:
         return (self.api, self.api_metrics, *self.worker_metrics)
+
 
 DEV_TENANT = "dev"
 EMBEDDED_DATABASE = "jobs"
@@ -305,7 +305,7 @@ def _print_welcome(addresses: Addresses, seconds: float, tenant_token: str) -> N
     print(
         f"""
 Ready in {seconds:.1f}s: API on {addresses.api} (metrics http://{addresses.api_metrics}/metrics),
-workers with metrics on {', '.join(f'http://{m}/metrics' for m in addresses.worker_metrics)}.
+workers with metrics on {", ".join(f"http://{m}/metrics" for m in addresses.worker_metrics)}.
 Logs: {LOG_DIR.relative_to(REPO)}/*.log. Ctrl-C stops everything.
 
 In another shell (the token is new on every start, for tenant "{DEV_TENANT}"):

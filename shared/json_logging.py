@@ -9,7 +9,16 @@ from datetime import UTC, datetime
 
 # Fields that transitions carry (job id, tenant, kind, attempt, fencing token) and a few more.
 CONTEXT_FIELDS = (
-    "job_id", "tenant", "kind", "attempt", "fencing_token", "state", "worker_id", "reason", "actor", "count"
+    "job_id",
+    "tenant",
+    "kind",
+    "attempt",
+    "fencing_token",
+    "state",
+    "worker_id",
+    "reason",
+    "actor",
+    "count",
 )
 
 
@@ -17,8 +26,13 @@ def job_fields(job, **more: object) -> dict[str, object]:
     """The `extra=` of a log line about a transition of `job` (a Job: job_id, tenant, kind, attempts,
     fencing_token, state)."""
     return {
-        "job_id": job.job_id, "tenant": job.tenant, "kind": job.kind, "attempt": job.attempts,
-        "fencing_token": job.fencing_token, "state": job.state.value, **more,
+        "job_id": job.job_id,
+        "tenant": job.tenant,
+        "kind": job.kind,
+        "attempt": job.attempts,
+        "fencing_token": job.fencing_token,
+        "state": job.state.value,
+        **more,
     }
 
 

@@ -23,8 +23,19 @@ _GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\
 _MATCHERS = re.compile(r"\{[^}]*\}")
 _IDENTIFIER = re.compile(r"(?<![\w:$])([A-Za-z_:][\w:]*)\b(?!\s*\()")
 _KEYWORDS = {
-    "and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left", "group_right",
-    "inf", "nan",
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "inf",
+    "nan",
 }
 
 

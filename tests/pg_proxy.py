@@ -57,8 +57,9 @@ class LostCommitProxy:
 
 
 class _Link:
-    def __init__(self, client: socket.socket, server: socket.socket, armed: threading.Event,
-                 dropped: threading.Event) -> None:
+    def __init__(
+        self, client: socket.socket, server: socket.socket, armed: threading.Event, dropped: threading.Event
+    ) -> None:
         self._client = client
         self._server = server
         self._armed = armed

@@ -45,15 +45,29 @@ class PrivatePostgres:
             self._as_user = ["runuser", "-u", UNPRIVILEGED_USER, "--"]
         self.data = self.root / "data"
         self.log = self.root / "server.log"
-        self._run("initdb", "--pgdata", str(self.data), "--username", "postgres", "--auth", "trust",
-                  "--no-sync", "--encoding", "UTF8", "--locale", "C")
+        self._run(
+            "initdb",
+            "--pgdata",
+            str(self.data),
+            "--username",
+            "postgres",
+            "--auth",
+            "trust",
+            "--no-sync",
+            "--encoding",
+            "UTF8",
+            "--locale",
+            "C",
+        )
 
     def admin_url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
     def _run(self, program: str, *args: str) -> None:
         completed = subprocess.run(
-            [*self._as_user, str(self._bin / program), *args], capture_output=True, text=True,
+            [*self._as_user, str(self._bin / program), *args],
+            capture_output=True,
+            text=True,
             timeout=START_TIMEOUT_SECONDS + 30,
         )
         if completed.returncode != 0:
@@ -65,8 +79,19 @@ class PrivatePostgres:
             f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root}"
             " -c max_connections=200 -c shared_buffers=32MB"
         )
-        self._run("pg_ctl", "--pgdata", str(self.data), "--log", str(self.log), "--options", options,
-                  "--wait", "--timeout", str(START_TIMEOUT_SECONDS), "start")
+        self._run(
+            "pg_ctl",
+            "--pgdata",
+            str(self.data),
+            "--log",
+            str(self.log),
+            "--options",
+            options,
+            "--wait",
+            "--timeout",
+            str(START_TIMEOUT_SECONDS),
+            "start",
+        )
 
     def stop(self, mode: str = "fast") -> None:
         """`immediate` is a crash: no checkpoint, recovery at the next start."""

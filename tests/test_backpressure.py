@@ -111,17 +111,16 @@ def test_watch_streams_are_capped(service_stack: ServiceStack) -> None:
     assert acme.get(job_id).state == PENDING  # other calls go on
 
     streams.pop().cancel()
-    wait_until(lambda: _status(lambda: _open_watch(acme, job_id)) == grpc.StatusCode.OK, timeout=10,
-               what="a freed stream slot")
+    wait_until(
+        lambda: _status(lambda: _open_watch(acme, job_id)) == grpc.StatusCode.OK, timeout=10, what="a freed stream slot"
+    )
     for stream in streams:
         stream.cancel()
 
 
 def test_concurrent_calls_are_capped_but_probes_are_not(service_stack: ServiceStack) -> None:
     service_stack.health_port = free_port()
-    service_stack.start_api(
-        JOBS_MAX_CONCURRENT_RPCS="2", JOBS_HEALTH_LISTEN=f"127.0.0.1:{service_stack.health_port}"
-    )
+    service_stack.start_api(JOBS_MAX_CONCURRENT_RPCS="2", JOBS_HEALTH_LISTEN=f"127.0.0.1:{service_stack.health_port}")
     acme = service_stack.tenant("acme")
     job_id = acme.submit("echo").job.job_id
     streams = [_open_watch(acme, job_id) for _ in range(2)]
@@ -168,7 +167,8 @@ def test_the_callers_deadline_becomes_the_statement_timeout(
         assert refused.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     wait_until(
         lambda: _api_backends(service_stack.database_url, waiting_on_a_lock=True) == 0,
-        timeout=5, what="the API's statements to be cancelled",
+        timeout=5,
+        what="the API's statements to be cancelled",
     )
     assert acme.get(job_id).state == PENDING
     row_locker.rollback()
@@ -187,7 +187,8 @@ def test_an_exhausted_pool_fails_fast_and_recovers(service_stack: ServiceStack, 
     ]
     wait_until(
         lambda: _api_backends(service_stack.database_url, waiting_on_a_lock=True) == 2,
-        timeout=10, what="both pooled connections to wait on the locks",
+        timeout=10,
+        what="both pooled connections to wait on the locks",
     )
 
     started = time.monotonic()

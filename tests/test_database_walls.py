@@ -94,8 +94,10 @@ async def test_a_tenant_scoped_transaction_sees_and_changes_only_its_own_rows(db
             # No WHERE clause on purpose: the wall must hold when a statement forgets one.
             cur = await conn.execute(f"SELECT count(*) AS n FROM {table}")
             assert (await cur.fetchone())["n"] >= 1, table
-        cur = await conn.execute("SELECT DISTINCT tenant FROM jobs UNION SELECT tenant FROM job_results"
-                                 " UNION SELECT tenant FROM job_events UNION SELECT tenant FROM resource_heads")
+        cur = await conn.execute(
+            "SELECT DISTINCT tenant FROM jobs UNION SELECT tenant FROM job_results"
+            " UNION SELECT tenant FROM job_events UNION SELECT tenant FROM resource_heads"
+        )
         assert [r["tenant"] for r in await cur.fetchall()] == [ACME]
         cur = await conn.execute("UPDATE jobs SET priority = 7")
         assert cur.rowcount == 1

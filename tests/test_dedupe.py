@@ -77,8 +77,9 @@ def advisory_lock_waiters(sync_db) -> int:
     )["n"]
 
 
-@pytest.mark.parametrize("state", [JobState.PENDING, JobState.BLOCKED, JobState.RETRY_WAIT, JobState.RUNNING,
-                                   JobState.SUCCEEDED])
+@pytest.mark.parametrize(
+    "state", [JobState.PENDING, JobState.BLOCKED, JobState.RETRY_WAIT, JobState.RUNNING, JobState.SUCCEEDED]
+)
 async def test_a_waiting_running_or_recently_succeeded_original_is_attached_to(db, service, state):
     original, _ = await submit(service, deduped())
     if state is JobState.RUNNING:
@@ -91,8 +92,7 @@ async def test_a_waiting_running_or_recently_succeeded_original_is_attached_to(d
     assert (attached, created) == (original, False)
 
 
-@pytest.mark.parametrize("state", [JobState.FAILED, JobState.CANCELLED, JobState.SUPERSEDED,
-                                   JobState.OUTCOME_UNKNOWN])
+@pytest.mark.parametrize("state", [JobState.FAILED, JobState.CANCELLED, JobState.SUPERSEDED, JobState.OUTCOME_UNKNOWN])
 async def test_an_original_that_failed_or_was_cancelled_superseded_or_left_unknown_gets_a_new_job(db, service, state):
     original, _ = await submit(service, deduped())
     await factories.set_state(db, original, state)
@@ -178,8 +178,14 @@ async def test_dedupe_with_an_idempotency_key_is_refused(service, sync_db):
 async def test_the_lookup_reads_the_dedupe_index(service, sync_db):
     await submit(service, deduped())
     sync_db.execute("SET enable_seqscan = off")
-    params = {"tenant": TENANT, "kind": "echo", "input_digest": bytes(32), "resource_key": None,
-              "resource_version": None, "window_seconds": WINDOW_SECONDS}
+    params = {
+        "tenant": TENANT,
+        "kind": "echo",
+        "input_digest": bytes(32),
+        "resource_key": None,
+        "resource_version": None,
+        "window_seconds": WINDOW_SECONDS,
+    }
 
     plan = "\n".join(row["QUERY PLAN"] for row in sync_db.rows("EXPLAIN " + queries.JOB_FIND_ATTACHABLE, params))
 

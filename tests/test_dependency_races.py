@@ -23,8 +23,7 @@ pytestmark = pytest.mark.timeout(30)
 def _complete(conn: psycopg.Connection, claimed) -> None:
     conn.execute(
         queries.JOB_COMPLETE_BATCH,
-        {"job_ids": [claimed.job_id], "fencing_tokens": [claimed.fencing_token], "results": [b"r"],
-         "worker_id": "w"},
+        {"job_ids": [claimed.job_id], "fencing_tokens": [claimed.fencing_token], "results": [b"r"], "worker_id": "w"},
     )
 
 
@@ -33,15 +32,14 @@ def _waits_on_a_lock(sync_db, pid: int) -> bool:
     return row["n"] == 1
 
 
-async def test_two_dependencies_succeeding_in_concurrent_transactions_unblock_the_dependent(
-    db, database_url, sync_db
-):
+async def test_two_dependencies_succeeding_in_concurrent_transactions_unblock_the_dependent(db, database_url, sync_db):
     first = await factories.insert_and_claim(db)
     second = await factories.insert_and_claim(db)
     service = SubmissionService(db, load_registry(()), SubmissionLimits())
     dependent = (
-        await service.submit(TenantId(factories.TENANT_DEFAULT), "tenant:t",
-                             factories.new_job(depends_on=(first.job_id, second.job_id)))
+        await service.submit(
+            TenantId(factories.TENANT_DEFAULT), "tenant:t", factories.new_job(depends_on=(first.job_id, second.job_id))
+        )
     ).job
     assert dependent.state is JobState.BLOCKED
 

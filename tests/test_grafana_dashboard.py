@@ -27,6 +27,7 @@ REQUIRED_PANELS = (
     "Fenced rejections and lost leases",
 )
 
+
 @pytest.fixture(scope="module")
 def dashboard() -> dict:
     return json.loads(DASHBOARD.read_text())
@@ -71,9 +72,7 @@ def test_every_query_names_only_exported_metrics_or_shipped_recording_rules(dash
     queries += [
         (f"variable {v['name']}", v["definition"]) for v in dashboard["templating"]["list"] if v["type"] == "query"
     ]
-    unknown = {
-        (title, name) for title, expr in queries for name in metric_names(expr) if name not in known
-    }
+    unknown = {(title, name) for title, expr in queries for name in metric_names(expr) if name not in known}
     assert not unknown, f"queries name metrics nothing exports: {sorted(unknown)}"
     assert all(metric_names(expr) for _, expr in queries), "every query reads at least one metric"
 
@@ -81,7 +80,7 @@ def test_every_query_names_only_exported_metrics_or_shipped_recording_rules(dash
 def test_the_metric_name_parser_reads_selectors_and_skips_functions_labels_and_variables() -> None:
     expr = (
         'histogram_quantile(0.99, sum by (le, kind) (rate(jobs_queue_wait_seconds_bucket{kind=~"$kind"}'
-        '[$__rate_interval]))) / on (kind) group_left tenant:jobs_retry_rate:ratio_rate5m > bool 0'
+        "[$__rate_interval]))) / on (kind) group_left tenant:jobs_retry_rate:ratio_rate5m > bool 0"
     )
     assert metric_names(expr) == {"jobs_queue_wait_seconds_bucket", "tenant:jobs_retry_rate:ratio_rate5m"}
     assert metric_names('label_values({__name__=~"a_total|b"}, tenant)') == {"a_total", "b"}

@@ -60,11 +60,50 @@ LEAKS = re.compile(
 )
 
 EDGE_STRINGS = [
-    "", " ", "\x00", "a\x00b", "\u202e" + "fdp.exe", "\u200f\u200e", "\u00e9", "e\u0301", "\u2126", "\u03a9",
-    "\U0001f9e8", "\U0001f469\u200d\U0001f469\u200d\U0001f467", "\ufeff", "\uffff", "\U0010ffff", "\ufb01",
-    "%", "_", "%_%", "\\", "\\%", "'", "''", "\"", "'; DROP TABLE jobs; --", "1' OR '1'='1", "$1", "%(tenant)s",
-    "{}", "[]", "null", "../../etc/passwd", "echo", "sleep", "ECHO", "ｅｃｈｏ", "echo\n", "e" * 129, "k" * 5000,
-    "\u05e9\u05dc\u05d5\u05dd", "\u0627\u0644\u0633\u0644\u0627\u0645", "\x7f", "\t", "\r\n",
+    "",
+    " ",
+    "\x00",
+    "a\x00b",
+    "\u202e" + "fdp.exe",
+    "\u200f\u200e",
+    "\u00e9",
+    "e\u0301",
+    "\u2126",
+    "\u03a9",
+    "\U0001f9e8",
+    "\U0001f469\u200d\U0001f469\u200d\U0001f467",
+    "\ufeff",
+    "\uffff",
+    "\U0010ffff",
+    "\ufb01",
+    "%",
+    "_",
+    "%_%",
+    "\\",
+    "\\%",
+    "'",
+    "''",
+    '"',
+    "'; DROP TABLE jobs; --",
+    "1' OR '1'='1",
+    "$1",
+    "%(tenant)s",
+    "{}",
+    "[]",
+    "null",
+    "../../etc/passwd",
+    "echo",
+    "sleep",
+    "ECHO",
+    "ｅｃｈｏ",
+    "echo\n",
+    "e" * 129,
+    "k" * 5000,
+    "\u05e9\u05dc\u05d5\u05dd",
+    "\u0627\u0644\u0633\u0644\u0627\u0645",
+    "\x7f",
+    "\t",
+    "\r\n",
 ]
 text = st.one_of(
     st.sampled_from(EDGE_STRINGS),
@@ -191,16 +230,25 @@ def test_hostile_requests_get_clean_refusals_and_change_nothing_accepted(service
     acme = service_stack.tenant("acme")
     worker = service_stack.start_worker("seed-worker")
     seeded = [
-        acme.submit("echo", f"{SECRET}-{i}".encode(), idempotency_key=f"seed-{i}", resource_key="doc",
-                    resource_version=i + 1, labels={"k": SECRET}).job.job_id
+        acme.submit(
+            "echo",
+            f"{SECRET}-{i}".encode(),
+            idempotency_key=f"seed-{i}",
+            resource_key="doc",
+            resource_version=i + 1,
+            labels={"k": SECRET},
+        ).job.job_id
         for i in range(4)
     ]
-    seeded.append(acme.submit("sleep", b'{"seconds": 600}', run_after=timestamp_pb2.Timestamp(seconds=4_000_000_000))
-                  .job.job_id)
+    seeded.append(
+        acme.submit("sleep", b'{"seconds": 600}', run_after=timestamp_pb2.Timestamp(seconds=4_000_000_000)).job.job_id
+    )
     wait_until(
-        lambda: sum(acme.get(j).state in (jobs_pb2.JOB_STATE_SUCCEEDED, jobs_pb2.JOB_STATE_SUPERSEDED)
-                    for j in seeded) == 4,
-        timeout=30, what="the seeded jobs to settle",
+        lambda: (
+            sum(acme.get(j).state in (jobs_pb2.JOB_STATE_SUCCEEDED, jobs_pb2.JOB_STATE_SUPERSEDED) for j in seeded) == 4
+        ),
+        timeout=30,
+        what="the seeded jobs to settle",
     )
     worker.stop()
     genuine_token = acme.stub.ListJobs(jobs_pb2.ListJobsRequest(page_size=1), metadata=acme.metadata).next_page_token
@@ -211,8 +259,7 @@ def test_hostile_requests_get_clean_refusals_and_change_nothing_accepted(service
     ids = st.one_of(job_ids, st.sampled_from(seeded))
 
     def hypothesis_run(strategy, send: Callable[[object], None], examples: int = EXAMPLES_PER_RPC) -> None:
-        @settings(max_examples=examples, deadline=None, database=None,
-                  suppress_health_check=list(HealthCheck))
+        @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
         @given(strategy)
         def run(value) -> None:
             send(value)
@@ -225,49 +272,86 @@ def test_hostile_requests_get_clean_refusals_and_change_nothing_accepted(service
 
     hypothesis_run(submissions(), job("SubmitJob"))
     hypothesis_run(plausible_submissions(), job("SubmitJob"))
-    hypothesis_run(st.lists(submissions(), max_size=4).map(lambda j: jobs_pb2.SubmitJobsRequest(jobs=j)),
-                   job("SubmitJobs"))
+    hypothesis_run(
+        st.lists(submissions(), max_size=4).map(lambda j: jobs_pb2.SubmitJobsRequest(jobs=j)), job("SubmitJobs")
+    )
     hypothesis_run(ids.map(lambda i: jobs_pb2.GetJobRequest(job_id=i)), job("GetJob"))
     hypothesis_run(ids.map(lambda i: jobs_pb2.GetJobResultRequest(job_id=i)), job("GetJobResult"))
-    hypothesis_run(st.builds(jobs_pb2.WatchJobRequest, job_id=ids, after_sequence=int64),
-                   job("WatchJob", stream=True))
+    hypothesis_run(st.builds(jobs_pb2.WatchJobRequest, job_id=ids, after_sequence=int64), job("WatchJob", stream=True))
     hypothesis_run(st.builds(jobs_pb2.CancelJobRequest, job_id=ids, reason=text), job("CancelJob"))
-    hypothesis_run(st.builds(jobs_pb2.RetryJobRequest, job_id=ids, reason=text, accept_duplicate_risk=st.booleans()),
-                   job("RetryJob"))
-    hypothesis_run(st.builds(jobs_pb2.ListJobEventsRequest, job_id=ids, page_size=int32,
-                             page_token=st.one_of(text, tampered_tokens(genuine_token))), job("ListJobEvents"))
-    hypothesis_run(st.builds(jobs_pb2.GetLatestResultRequest, resource_key=st.one_of(st.just("doc"), text,
-                                                                                      printable)),
-                   job("GetLatestResult"))
     hypothesis_run(
-        st.builds(jobs_pb2.ListJobsRequest, states=st.lists(int32, max_size=3), kind=text, resource_key=text,
-                  labels=labels, page_size=int32, page_token=st.one_of(text, tampered_tokens(genuine_token))),
+        st.builds(jobs_pb2.RetryJobRequest, job_id=ids, reason=text, accept_duplicate_risk=st.booleans()),
+        job("RetryJob"),
+    )
+    hypothesis_run(
+        st.builds(
+            jobs_pb2.ListJobEventsRequest,
+            job_id=ids,
+            page_size=int32,
+            page_token=st.one_of(text, tampered_tokens(genuine_token)),
+        ),
+        job("ListJobEvents"),
+    )
+    hypothesis_run(
+        st.builds(jobs_pb2.GetLatestResultRequest, resource_key=st.one_of(st.just("doc"), text, printable)),
+        job("GetLatestResult"),
+    )
+    hypothesis_run(
+        st.builds(
+            jobs_pb2.ListJobsRequest,
+            states=st.lists(int32, max_size=3),
+            kind=text,
+            resource_key=text,
+            labels=labels,
+            page_size=int32,
+            page_token=st.one_of(text, tampered_tokens(genuine_token)),
+        ),
         job("ListJobs"),
     )
     hypothesis_run(
-        st.builds(jobs_pb2.ListJobsRequest, states=st.lists(st.integers(1, 9), max_size=3), kind=printable,
-                  resource_key=printable, labels=st.dictionaries(label_keys, printable, max_size=3),
-                  page_size=st.integers(0, 500)),
+        st.builds(
+            jobs_pb2.ListJobsRequest,
+            states=st.lists(st.integers(1, 9), max_size=3),
+            kind=printable,
+            resource_key=printable,
+            labels=st.dictionaries(label_keys, printable, max_size=3),
+            page_size=st.integers(0, 500),
+        ),
         job("ListJobs"),
     )
     leases = st.lists(st.builds(worker_pb2.Lease, job_id=ids, fencing_token=int64), max_size=4)
-    hypothesis_run(st.builds(worker_pb2.HeartbeatRequest, worker_id=text, leases=leases, extend_by=durations),
-                   work("Heartbeat"))
+    hypothesis_run(
+        st.builds(worker_pb2.HeartbeatRequest, worker_id=text, leases=leases, extend_by=durations), work("Heartbeat")
+    )
     completions = st.builds(worker_pb2.CompleteJobRequest, job_id=ids, fencing_token=int64, result=payloads)
     hypothesis_run(completions, work("CompleteJob"))
-    hypothesis_run(st.lists(completions, max_size=4).map(lambda c: worker_pb2.CompleteJobsRequest(completions=c)),
-                   work("CompleteJobs"))
+    hypothesis_run(
+        st.lists(completions, max_size=4).map(lambda c: worker_pb2.CompleteJobsRequest(completions=c)),
+        work("CompleteJobs"),
+    )
     errors = st.builds(jobs_pb2.JobError, category=st.one_of(st.integers(1, 3), int32), message=text)
-    hypothesis_run(st.builds(worker_pb2.FailJobRequest, job_id=ids, fencing_token=int64, error=errors),
-                   work("FailJob"))
-    hypothesis_run(st.builds(worker_pb2.ReleaseJobRequest, job_id=ids, fencing_token=int64, started=st.booleans(),
-                             reason=text), work("ReleaseJob"))
+    hypothesis_run(st.builds(worker_pb2.FailJobRequest, job_id=ids, fencing_token=int64, error=errors), work("FailJob"))
+    hypothesis_run(
+        st.builds(worker_pb2.ReleaseJobRequest, job_id=ids, fencing_token=int64, started=st.booleans(), reason=text),
+        work("ReleaseJob"),
+    )
 
     # Raw frames: bytes that are not a valid message of the method's type (or are, by chance).
-    frames = st.one_of(st.binary(max_size=64), st.sampled_from([b"\xff" * 8, b"\x0a\x02\xc3\x28", b"\x0a\x7f",
-                                                                b"\x12\x05ab", b"\x08" + b"\xff" * 10]))
-    for method in ("SubmitJob", "SubmitJobs", "GetJob", "GetJobResult", "CancelJob", "RetryJob", "ListJobs",
-                   "ListJobEvents", "GetLatestResult"):
+    frames = st.one_of(
+        st.binary(max_size=64),
+        st.sampled_from([b"\xff" * 8, b"\x0a\x02\xc3\x28", b"\x0a\x7f", b"\x12\x05ab", b"\x08" + b"\xff" * 10]),
+    )
+    for method in (
+        "SubmitJob",
+        "SubmitJobs",
+        "GetJob",
+        "GetJobResult",
+        "CancelJob",
+        "RetryJob",
+        "ListJobs",
+        "ListJobEvents",
+        "GetLatestResult",
+    ):
         hypothesis_run(frames, job(method), RAW_FRAMES_PER_METHOD)
     hypothesis_run(frames, job("WatchJob", stream=True), RAW_FRAMES_PER_METHOD)
     for method in ("Heartbeat", "CompleteJob", "CompleteJobs", "FailJob", "ReleaseJob"):

@@ -256,7 +256,6 @@ def test_details_that_contradict_the_status_line_are_ignored() -> None:
     assert describe(error).as_text() == "error: NOT_FOUND: something else"
 
 
-
 def test_lifecycle_commands_parse() -> None:
     assert _parse("watch", "j", "--after-sequence", "4", "--max-wait", "2").after_sequence == 4
     assert _parse("cancel", "j", "--reason", "r").reason == "r"

@@ -21,8 +21,10 @@ def test_jobsctl_speaks_mutual_tls_and_says_what_is_missing(service_stack: Servi
     )
     service_stack.health_port = free_port()
     service_stack.start_api(
-        JOBS_TLS_CERT_FILE=str(tls.server.cert), JOBS_TLS_KEY_FILE=str(tls.server.key),
-        JOBS_TLS_CLIENT_CA_FILE=str(tls.ca_cert), JOBS_HEALTH_LISTEN=f"127.0.0.1:{service_stack.health_port}",
+        JOBS_TLS_CERT_FILE=str(tls.server.cert),
+        JOBS_TLS_KEY_FILE=str(tls.server.key),
+        JOBS_TLS_CLIENT_CA_FILE=str(tls.ca_cert),
+        JOBS_HEALTH_LISTEN=f"127.0.0.1:{service_stack.health_port}",
     )
     target = service_stack.api_target
     mutual = ("--tls-ca", str(tls.ca_cert), "--tls-cert", str(tls.client.cert), "--tls-key", str(tls.client.key))

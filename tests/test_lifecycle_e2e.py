@@ -29,8 +29,9 @@ def _state(client: TenantClient, job_id: str) -> str:
 
 
 def _wait_state(client: TenantClient, job_id: str, state: str, timeout: float = 30) -> jobs_pb2.Job:
-    wait_until(lambda: _state(client, job_id) == state, timeout=timeout, interval=0.05,
-               what=f"job {job_id} to be {state}")
+    wait_until(
+        lambda: _state(client, job_id) == state, timeout=timeout, interval=0.05, what=f"job {job_id} to be {state}"
+    )
     return client.get(job_id)
 
 
@@ -80,7 +81,9 @@ def test_retryable_failures_wait_out_a_backoff_and_stop_at_max_attempts(stack: S
     client = stack.tenant("acme")
     job_id = client.submit("quick.flaky", json.dumps({"fail_times": 9}).encode()).job.job_id
     seen_retry_wait = wait_until(
-        lambda: (job := client.get(job_id)).state == S.JOB_STATE_RETRY_WAIT and job, timeout=15, interval=0.01,
+        lambda: (job := client.get(job_id)).state == S.JOB_STATE_RETRY_WAIT and job,
+        timeout=15,
+        interval=0.01,
         what="RETRY_WAIT",
     )
     assert seen_retry_wait.last_error.category == jobs_pb2.ERROR_CATEGORY_RETRYABLE
@@ -175,7 +178,9 @@ def test_an_unconfirmed_external_call_needs_a_decision_and_the_retry_reconciles(
     with pytest.raises(grpc.RpcError) as refused:
         _retry(client, job_id, "customer asked")
     assert (refused.value.code(), _reason(refused.value)) == (
-        grpc.StatusCode.FAILED_PRECONDITION, "DUPLICATE_RISK_NOT_ACCEPTED")
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "DUPLICATE_RISK_NOT_ACCEPTED",
+    )
     assert _state(client, job_id) == "OUTCOME_UNKNOWN"
 
     reopened = _retry(client, job_id, "checked with the provider", accept=True)
@@ -192,8 +197,9 @@ def test_an_unconfirmed_external_call_needs_a_decision_and_the_retry_reconciles(
 def test_retry_reopens_a_failed_job_with_a_fresh_budget_and_a_rising_token(stack: ServiceStack) -> None:
     stack.start_worker("w1", **TEST_HANDLERS)
     client = stack.tenant("acme")
-    job_id = client.submit("flaky", json.dumps({"fail_times": 1, "category": "permanent"}).encode(),
-                           max_attempts=1).job.job_id
+    job_id = client.submit(
+        "flaky", json.dumps({"fail_times": 1, "category": "permanent"}).encode(), max_attempts=1
+    ).job.job_id
     failed = _wait_state(client, job_id, "FAILED")
     assert (failed.attempts, failed.max_attempts, failed.fencing_token) == (1, 1, 1)
     reopened = _retry(client, job_id, "fixed the input")
@@ -252,7 +258,9 @@ def test_cancel_waiting_jobs_at_once_and_running_ones_within_a_second(stack: Ser
         with pytest.raises(grpc.RpcError) as refused:
             _cancel(client, job_id)
         assert (refused.value.code(), _reason(refused.value)) == (
-            grpc.StatusCode.FAILED_PRECONDITION, "JOB_ALREADY_ENDED")
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "JOB_ALREADY_ENDED",
+        )
 
 
 def test_completions_racing_cancels_end_in_exactly_one_terminal_state(stack: ServiceStack) -> None:
@@ -264,8 +272,11 @@ def test_completions_racing_cancels_end_in_exactly_one_terminal_state(stack: Ser
             _cancel(client, job_id)
         except grpc.RpcError as error:
             assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
-    wait_until(lambda: all(_state(client, j) in ("SUCCEEDED", "CANCELLED") for j in job_ids), timeout=30,
-               what="every job to end")
+    wait_until(
+        lambda: all(_state(client, j) in ("SUCCEEDED", "CANCELLED") for j in job_ids),
+        timeout=30,
+        what="every job to end",
+    )
     with psycopg.connect(stack.database_url) as conn:
         rows = conn.execute(
             "SELECT j.state::text, r.job_id IS NOT NULL FROM jobs j LEFT JOIN job_results r USING (job_id)"
@@ -294,7 +305,8 @@ def test_a_newer_version_supersedes_older_work_and_only_its_result_is_latest(sta
     assert (latest.resource_version, latest.job.job_id, latest.result.job_id) == (2, v2, v2)
     with pytest.raises(grpc.RpcError) as missing:
         stack.tenant("globex").stub.GetLatestResult(
-            jobs_pb2.GetLatestResultRequest(resource_key="doc-1"), metadata=stack.tenant("globex").metadata)
+            jobs_pb2.GetLatestResultRequest(resource_key="doc-1"), metadata=stack.tenant("globex").metadata
+        )
     assert missing.value.code() == grpc.StatusCode.NOT_FOUND
 
 
@@ -306,19 +318,25 @@ async def test_a_superseded_jobs_late_completion_is_refused(stack: ServiceStack)
     db = await Database.open(PoolSettings(stack.database_url), wait=True)
     try:
         async with db.transaction() as conn:
-            (claimed,) = await lease_store.claim_batch(conn, worker_id="manual", kinds=["echo"], limit=1,
-                                                     lease_seconds=30)
+            (claimed,) = await lease_store.claim_batch(
+                conn, worker_id="manual", kinds=["echo"], limit=1, lease_seconds=30
+            )
     finally:
         await db.close()
     client.submit("echo", b"v2", resource_key="doc-9", resource_version=2)
     worker, metadata = stack.worker_stub()
     heartbeat = worker.Heartbeat(
-        worker_pb2.HeartbeatRequest(leases=[worker_pb2.Lease(job_id=v1, fencing_token=claimed.fencing_token)],
-                                    extend_by={"seconds": 30}), metadata=metadata)
+        worker_pb2.HeartbeatRequest(
+            leases=[worker_pb2.Lease(job_id=v1, fencing_token=claimed.fencing_token)], extend_by={"seconds": 30}
+        ),
+        metadata=metadata,
+    )
     assert (heartbeat.leases[0].held, heartbeat.leases[0].superseded) == (False, True)
     with pytest.raises(grpc.RpcError) as refused:
-        worker.CompleteJob(worker_pb2.CompleteJobRequest(job_id=v1, fencing_token=claimed.fencing_token,
-                                                         result=b"late"), metadata=metadata)
+        worker.CompleteJob(
+            worker_pb2.CompleteJobRequest(job_id=v1, fencing_token=claimed.fencing_token, result=b"late"),
+            metadata=metadata,
+        )
     assert (refused.value.code(), _reason(refused.value)) == (grpc.StatusCode.FAILED_PRECONDITION, "JOB_SUPERSEDED")
     with pytest.raises(grpc.RpcError):
         client.result(v1)
@@ -357,12 +375,17 @@ def test_watch_streams_every_transition_resumes_and_ends_after_a_terminal_state(
     states = [S.Name(m.state).removeprefix("JOB_STATE_") for m in [first, *rest]]
     assert states == ["PENDING", "RUNNING", "RETRY_WAIT", "RUNNING", "SUCCEEDED"]
     assert [m.sequence for m in [first, *rest]] == [1, 2, 3, 4, 5]
-    resumed = list(client.stub.WatchJob(jobs_pb2.WatchJobRequest(job_id=job_id, after_sequence=3),
-                                        metadata=client.metadata, timeout=10))
+    resumed = list(
+        client.stub.WatchJob(
+            jobs_pb2.WatchJobRequest(job_id=job_id, after_sequence=3), metadata=client.metadata, timeout=10
+        )
+    )
     assert [m.sequence for m in resumed] == [4, 5]
     events = _events(client, job_id)
     assert [(S.Name(e.from_state), S.Name(e.to_state)) for e in events][:2] == [
-        ("JOB_STATE_UNSPECIFIED", "JOB_STATE_PENDING"), ("JOB_STATE_PENDING", "JOB_STATE_RUNNING")]
+        ("JOB_STATE_UNSPECIFIED", "JOB_STATE_PENDING"),
+        ("JOB_STATE_PENDING", "JOB_STATE_RUNNING"),
+    ]
     assert events[1].actor == "worker:w1" and events[1].fencing_token == 1
     assert events[3].fencing_token == 2 and events[2].reason == "attempt failed"
 

@@ -290,8 +290,13 @@ class LifecycleMachine(RuleBasedStateMachine):
         unused = sorted(set(self.keys) - self.foreign_keys)
         idempotency_key = unused[0] if unused else None
         # Another kind than the one claimed here, so that the model's claims never meet it.
-        new = NewJob(kind="echo", payload=b"foreign", idempotency_key=idempotency_key, resource_key=key,
-                     resource_version=self.heads[key] + 10)
+        new = NewJob(
+            kind="echo",
+            payload=b"foreign",
+            idempotency_key=idempotency_key,
+            resource_key=key,
+            resource_version=self.heads[key] + 10,
+        )
         before = self.tenant_snapshot()
         assert self.run(self.submission.submit(OTHER_TENANT, "tenant:tenant-b", new)).created
         assert self.tenant_snapshot() == before
@@ -318,8 +323,16 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert outcome.created and outcome.job.state is expected
         max_attempts = new.max_attempts or KIND_MAX_ATTEMPTS
         job = ModelJob(
-            outcome.job.job_id, expected, 0, max_attempts, max_attempts, 0, new.priority, new.depends_on,
-            new.resource_key, new.resource_version,
+            outcome.job.job_id,
+            expected,
+            0,
+            max_attempts,
+            max_attempts,
+            0,
+            new.priority,
+            new.depends_on,
+            new.resource_key,
+            new.resource_version,
         )
         self.jobs[job.job_id] = job
         if new.idempotency_key is not None:
@@ -327,8 +340,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         if new.resource_key and (new.resource_version or 0) > self.heads.get(new.resource_key, 0):
             self.heads[new.resource_key] = new.resource_version or 0
             self.move(
-                [old for old in self.with_state(P, B, W, R)
-                 if old.resource_key == new.resource_key and (old.resource_version or 0) < job.resource_version],
+                [
+                    old
+                    for old in self.with_state(P, B, W, R)
+                    if old.resource_key == new.resource_key and (old.resource_version or 0) < job.resource_version
+                ],
                 X,
             )
 
@@ -365,8 +381,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         statuses = self.run(self.reports.heartbeat(leases, LEASE_SECONDS))
         after = self.probe.snapshot()
         assert _without_leases(after, held_ids) == _without_leases(before, held_ids), "it changed more than leases"
-        assert all(a["lease_expires_at"] > b["lease_expires_at"]
-                   for b, a in zip(before["jobs"], after["jobs"], strict=True) if str(a["job_id"]) in held_ids)
+        assert all(
+            a["lease_expires_at"] > b["lease_expires_at"]
+            for b, a in zip(before["jobs"], after["jobs"], strict=True)
+            if str(a["job_id"]) in held_ids
+        )
         for job, status in zip(jobs, statuses, strict=True):
             held = job.job_id in held_ids
             assert (status.job_id, status.held, status.lease_expires_at is not None) == (job.job_id, held, held)
@@ -541,8 +560,11 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     def read_latest_result(self, key: str) -> None:
         """Only the highest version's result is ever presented as the latest, and only once it succeeded."""
-        succeeded = [job for job in self.jobs.values()
-                     if job.resource_key == key and job.resource_version == self.heads[key] and job.result]
+        succeeded = [
+            job
+            for job in self.jobs.values()
+            if job.resource_key == key and job.resource_version == self.heads[key] and job.result
+        ]
         call = self.queries.latest_result(TENANT, key)
         if not succeeded:
             self.refused(call, FailedPrecondition, "RESULT_NOT_READY")
@@ -556,15 +578,24 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @invariant()
     def database_agrees_with_model(self) -> None:
-        rows = {JobId(str(r["job_id"])): r for r in self.probe.rows(
-            "SELECT job_id, state, attempts, max_attempts, fencing_token, cancel_requested, sequence,"
-            " depends_on, lease_expires_at FROM jobs WHERE tenant = %s", (TENANT,)
-        )}
+        rows = {
+            JobId(str(r["job_id"])): r
+            for r in self.probe.rows(
+                "SELECT job_id, state, attempts, max_attempts, fencing_token, cancel_requested, sequence,"
+                " depends_on, lease_expires_at FROM jobs WHERE tenant = %s",
+                (TENANT,),
+            )
+        }
         assert set(rows) == set(self.jobs), "a job vanished or appeared unasked"
         for job_id, job in self.jobs.items():
             row = rows[job_id]
-            seen = (JobState(row["state"]), row["attempts"], row["max_attempts"], row["fencing_token"],
-                    row["cancel_requested"])
+            seen = (
+                JobState(row["state"]),
+                row["attempts"],
+                row["max_attempts"],
+                row["fencing_token"],
+                row["cancel_requested"],
+            )
             assert seen == (job.state, job.attempts, job.max_attempts, job.fencing_token, job.cancel_requested), job
             assert (row["lease_expires_at"] is not None) == (job.state is R), "a lease outlived its running state"
             if job.state is B:
@@ -627,8 +658,10 @@ def _check_step(previous: dict[str, Any], event: dict[str, Any]) -> None:
 
 def _without_leases(snapshot: dict[str, list[dict[str, Any]]], job_ids: set[JobId]) -> dict[str, list[dict[str, Any]]]:
     """The snapshot with the lease ends of these jobs left out: the one column a heartbeat may change."""
-    jobs = [{k: v for k, v in row.items() if not (k == "lease_expires_at" and str(row["job_id"]) in job_ids)}
-            for row in snapshot["jobs"]]
+    jobs = [
+        {k: v for k, v in row.items() if not (k == "lease_expires_at" and str(row["job_id"]) in job_ids)}
+        for row in snapshot["jobs"]
+    ]
     return {**snapshot, "jobs": jobs}
 
 

@@ -48,8 +48,9 @@ def test_a_request_larger_than_the_burst_waits_for_a_full_bucket_then_leaves_a_d
 
 async def test_the_rate_is_per_tenant(db: Database) -> None:
     clock = ManualClock()
-    admission = SubmissionAdmission(db, TenantLimits(submit_rate_per_second=1, submit_burst=2, max_queued_jobs=0),
-                                    clock)
+    admission = SubmissionAdmission(
+        db, TenantLimits(submit_rate_per_second=1, submit_burst=2, max_queued_jobs=0), clock
+    )
     await admission.admit(ACME, 2)
     with pytest.raises(ResourceExhausted) as raised:
         await admission.admit(ACME, 1)

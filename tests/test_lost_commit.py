@@ -55,9 +55,7 @@ def test_a_lost_commit_reply_is_unavailable_and_the_resubmission_returns_the_com
     committed = _rows_with_key(direct_url, "order-17")
     assert len(committed) == 1, "the COMMIT happened although its reply was lost"
 
-    again = wait_until(
-        lambda: _resubmit(client), timeout=20, what="a resubmission to be answered"
-    )
+    again = wait_until(lambda: _resubmit(client), timeout=20, what="a resubmission to be answered")
     assert (again.job.job_id, again.created) == (committed[0][0], False)
     assert _rows_with_key(direct_url, "order-17") == committed
 

@@ -154,7 +154,9 @@ def test_postgres_crashes_and_killed_sessions_lose_no_acknowledged_job(
 
         wait_until(
             lambda: _count(owner_url, f"SELECT count(*) FROM jobs WHERE state::text NOT IN {TERMINAL}") == 0,
-            timeout=SETTLE_SECONDS, interval=1.0, what="every job to reach a terminal state",
+            timeout=SETTLE_SECONDS,
+            interval=1.0,
+            what="every job to reach a terminal state",
         )
         with psycopg.connect(owner_url) as conn:
             rows = conn.execute("SELECT tenant, idempotency_key, job_id::text, state::text FROM jobs").fetchall()
@@ -190,7 +192,8 @@ def test_postgres_crashes_and_killed_sessions_lose_no_acknowledged_job(
         wait_until(lambda: stack.health() == "SERVING", timeout=20, what="SERVING again")
         after = stack.tenant("acme").submit("echo", b"after the storm", idempotency_key="after").job.job_id
         wait_until(
-            lambda: stack.tenant("acme").get(after).state == jobs_pb2.JOB_STATE_SUCCEEDED, timeout=30,
+            lambda: stack.tenant("acme").get(after).state == jobs_pb2.JOB_STATE_SUCCEEDED,
+            timeout=30,
             what="a job submitted afterwards to run",
         )
     finally:

@@ -70,26 +70,39 @@ def start_prometheus(tmp_path: Path) -> Iterator:
             pytest.fail("the prometheus binary is not on PATH; install it with `make system-deps`")
         config = tmp_path / "prometheus.yml"
         # JSON is YAML: no YAML library needed to write Prometheus's configuration.
-        config.write_text(json.dumps({
-            "global": {
-                "scrape_interval": SCRAPE_AND_EVALUATION_INTERVAL,
-                "scrape_timeout": SCRAPE_AND_EVALUATION_INTERVAL,
-                "evaluation_interval": SCRAPE_AND_EVALUATION_INTERVAL,
-            },
-            "rule_files": [str(RULES)],
-            "scrape_configs": [
-                {"job_name": "jobs-api", "static_configs": [{"targets": [f"127.0.0.1:{api.metrics_port}"]}]},
-                {"job_name": "jobs-worker",
-                 "static_configs": [{"targets": [f"127.0.0.1:{w.metrics_port}" for w in workers]}]},
-            ],
-        }))
+        config.write_text(
+            json.dumps(
+                {
+                    "global": {
+                        "scrape_interval": SCRAPE_AND_EVALUATION_INTERVAL,
+                        "scrape_timeout": SCRAPE_AND_EVALUATION_INTERVAL,
+                        "evaluation_interval": SCRAPE_AND_EVALUATION_INTERVAL,
+                    },
+                    "rule_files": [str(RULES)],
+                    "scrape_configs": [
+                        {"job_name": "jobs-api", "static_configs": [{"targets": [f"127.0.0.1:{api.metrics_port}"]}]},
+                        {
+                            "job_name": "jobs-worker",
+                            "static_configs": [{"targets": [f"127.0.0.1:{w.metrics_port}" for w in workers]}],
+                        },
+                    ],
+                }
+            )
+        )
         port = free_port()
         log_path = tmp_path / "prometheus.log"
         with log_path.open("wb") as log_file:
             popen = subprocess.Popen(
-                [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [
+                    binary,
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                    "--log.level=warn",
+                ],
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
         server = PrometheusServer(popen, port, log_path)
         servers.append(server)
@@ -128,14 +141,17 @@ def _warm_up(stack: ServiceStack, workers: list[ServiceProcess], prometheus: Pro
         wait_until(lambda: _unfinished(stack.database_url) == 0, timeout=20, interval=0.1, what="warm-up jobs")
         if all(
             w.metric_value("jobs_claimed_total", {"tenant": t, "kind": "flaky"}) > 0
-            for w in workers for t in stack.tenants
+            for w in workers
+            for t in stack.tenants
         ):
             break
     else:
         pytest.fail("the two workers did not both claim flaky jobs of both tenants")
     wait_until(
         lambda: len(prometheus.query('jobs_retries_total{kind="flaky"}')) == 2 * len(stack.tenants),
-        timeout=15, interval=0.2, what="prometheus to scrape every worker's series",
+        timeout=15,
+        interval=0.2,
+        what="prometheus to scrape every worker's series",
     )
 
 
@@ -155,17 +171,20 @@ def test_prometheus_ranks_the_tenant_with_more_retries_first(service_stack: Serv
 
     expected_retries = {"acme": 2.0 * FLAKY_JOBS_PER_TENANT, "globex": 1.0 * half}
     wait_until(
-        lambda: prometheus.values_by('sum by (tenant) (jobs_retries_total{kind="flaky"})', "tenant")
-        == expected_retries,
-        timeout=15, interval=0.2, what="prometheus to scrape the final retry counts",
+        lambda: (
+            prometheus.values_by('sum by (tenant) (jobs_retries_total{kind="flaky"})', "tenant") == expected_retries
+        ),
+        timeout=15,
+        interval=0.2,
+        what="prometheus to scrape the final retry counts",
     )
     scraped_at = time.time()
     # The rule's own evaluation time, so that the ranking below reflects the final counts.
     wait_until(
-        lambda: all(
-            float(s["value"][1]) > scraped_at + 1 for s in prometheus.query(f"timestamp({RETRY_RATE_RULE})")
-        ),
-        timeout=15, interval=0.2, what="a rule evaluation after the final scrape",
+        lambda: all(float(s["value"][1]) > scraped_at + 1 for s in prometheus.query(f"timestamp({RETRY_RATE_RULE})")),
+        timeout=15,
+        interval=0.2,
+        what="a rule evaluation after the final scrape",
     )
 
     ranking = prometheus.query(f"sort_desc({RETRY_RATE_RULE})")

@@ -75,7 +75,7 @@ def rule_expressions() -> list[str]:
             continue
         indent = len(line) - len(line.lstrip())
         block = []
-        for following in lines[index + 1:]:
+        for following in lines[index + 1 :]:
             if following.strip() and len(following) - len(following.lstrip()) <= indent:
                 break
             block.append(following.strip())

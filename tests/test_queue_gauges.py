@@ -49,7 +49,8 @@ async def test_the_snapshot_counts_open_jobs_and_only_recent_failures(db, databa
     _arrange(sync_db, acme[6].job_id, "state = 'succeeded', finished_at = clock_timestamp()")
     _arrange(sync_db, globex[0].job_id, "state = 'blocked', depends_on = ARRAY[job_id]")
     _arrange(
-        sync_db, globex[1].job_id,
+        sync_db,
+        globex[1].job_id,
         "state = 'running', lease_owner = 'w', lease_expires_at = clock_timestamp() + interval '1 minute'",
     )
 
@@ -118,7 +119,10 @@ async def test_refreshers_of_two_replicas_export_once_and_hand_over(db, database
     collectors = [QueueGaugeCollector(), QueueGaugeCollector()]
     refreshers = [
         QueueGaugeRefresher(
-            ExporterSession(database_url), collector, interval_seconds=1, failed_window_seconds=HOUR_SECONDS,
+            ExporterSession(database_url),
+            collector,
+            interval_seconds=1,
+            failed_window_seconds=HOUR_SECONDS,
             tenant_limit=5,
         )
         for collector in collectors
@@ -165,7 +169,8 @@ def test_a_label_set_gone_from_the_database_is_gone_from_the_next_scrape() -> No
     second = _scrape(collector)
 
     assert first["jobs_queue_depth"] == {
-        '{kind="echo",state="pending",tenant="acme"}': 3.0, '{kind="echo",state="running",tenant="globex"}': 1.0,
+        '{kind="echo",state="pending",tenant="acme"}': 3.0,
+        '{kind="echo",state="running",tenant="globex"}': 1.0,
     }
     assert first["jobs_oldest_wait_seconds"] == {'{kind="echo",tenant="acme"}': 4.0}
     assert first["jobs_metrics_snapshot_age_seconds"] == {"": 5.0}
@@ -196,7 +201,9 @@ def test_the_snapshot_names_the_busiest_tenants_and_folds_the_rest_into_other() 
         (OTHER_TENANT_LABEL, "echo", "outcome_unknown"): 1,
     }
     assert snapshot.oldest_wait_seconds == {
-        ("big", "echo"): 10.0, ("mid", "echo"): 40.0, (OTHER_TENANT_LABEL, "echo"): 300.0,
+        ("big", "echo"): 10.0,
+        ("mid", "echo"): 40.0,
+        (OTHER_TENANT_LABEL, "echo"): 300.0,
     }
     assert snapshot.recently_failed == {(OTHER_TENANT_LABEL, "echo"): 4}
 
@@ -222,16 +229,22 @@ def test_of_two_api_processes_one_exports_and_the_other_takes_over_when_it_dies(
         return [api for api in apis if _exporting(api)]
 
     wait_until(lambda: all(_answering(api) for api in apis), timeout=20, what="both metrics endpoints")
-    wait_until(lambda: len(exporters()) == 1 and exporters()[0].metric_value("jobs_queue_depth", pending) == 1,
-               timeout=10, what="one replica to export the pending job")
+    wait_until(
+        lambda: len(exporters()) == 1 and exporters()[0].metric_value("jobs_queue_depth", pending) == 1,
+        timeout=10,
+        what="one replica to export the pending job",
+    )
     (exporter,) = exporters()
     (standby,) = [api for api in apis if api is not exporter]
     assert "jobs_queue_depth{" not in standby.metrics_text()
     assert "jobs_metrics_snapshot_age_seconds" not in standby.metrics_text()
 
     exporter.signal(signal.SIGKILL)  # no clean shutdown: PostgreSQL frees the lock when the socket closes
-    wait_until(lambda: exporters() == [standby] and standby.metric_value("jobs_queue_depth", pending) == 1,
-               timeout=10, what="the other replica to take over")
+    wait_until(
+        lambda: exporters() == [standby] and standby.metric_value("jobs_queue_depth", pending) == 1,
+        timeout=10,
+        what="the other replica to take over",
+    )
 
 
 def _answering(api: ServiceProcess) -> bool:

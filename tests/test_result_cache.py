@@ -185,8 +185,7 @@ async def test_too_many_distinct_loads_are_refused_and_the_key_in_flight_still_j
 
 async def test_a_not_ready_answer_from_a_read_begun_earlier_is_read_again_by_the_later_caller():
     cache, metrics = make_cache()
-    loader = CountingLoader(b"result", failures=[FailedPrecondition("not ready", reason="RESULT_NOT_READY")],
-                            held=True)
+    loader = CountingLoader(b"result", failures=[FailedPrecondition("not ready", reason="RESULT_NOT_READY")], held=True)
     early = asyncio.ensure_future(get(cache, "k", loader))
     await loader.started.wait()
     # The result is stored now, after the early read began and before the late caller arrives.

@@ -52,7 +52,11 @@ def test_another_tenants_job_answers_exactly_like_a_missing_one_on_every_rpc(ser
     service_stack.start_worker("w1")
     acme, globex = service_stack.tenant("acme"), service_stack.tenant("globex")
     secret = acme.submit(
-        "echo", b"acme's secret", idempotency_key="shared-key", resource_key="report", resource_version=5,
+        "echo",
+        b"acme's secret",
+        idempotency_key="shared-key",
+        resource_key="report",
+        resource_version=5,
         labels={"team": "finance"},
     ).job
     wait_until(lambda: acme.get(secret.job_id).state == S.JOB_STATE_SUCCEEDED, timeout=30, what="acme's job")
@@ -69,8 +73,13 @@ def test_another_tenants_job_answers_exactly_like_a_missing_one_on_every_rpc(ser
         return lambda: globex.stub.GetLatestResult(S.GetLatestResultRequest(resource_key=key), metadata=globex.metadata)
 
     assert _answer(latest_for("report")) == _answer(latest_for("never-submitted"))
-    for filters in ({}, {"kind": "echo"}, {"resource_key": "report"}, {"labels": {"team": "finance"}},
-                    {"states": [S.JOB_STATE_SUCCEEDED]}):
+    for filters in (
+        {},
+        {"kind": "echo"},
+        {"resource_key": "report"},
+        {"labels": {"team": "finance"}},
+        {"states": [S.JOB_STATE_SUCCEEDED]},
+    ):
         listed = globex.stub.ListJobs(S.ListJobsRequest(**filters), metadata=globex.metadata)
         assert list(listed.jobs) == [], filters
 
@@ -80,8 +89,9 @@ def test_another_tenants_job_answers_exactly_like_a_missing_one_on_every_rpc(ser
 
     assert _answer(depending_on(secret.job_id))[1:] == _answer(depending_on(MISSING))[1:]
     # Idempotency keys and resource versions belong to the tenant that used them.
-    mine = globex.submit("echo", b"globex's own", idempotency_key="shared-key", resource_key="report",
-                         resource_version=1)
+    mine = globex.submit(
+        "echo", b"globex's own", idempotency_key="shared-key", resource_key="report", resource_version=1
+    )
     assert mine.created and mine.job.job_id != secret.job_id
     assert mine.job.state == S.JOB_STATE_PENDING  # not superseded by acme's version 5
     assert acme.get(secret.job_id).state == S.JOB_STATE_SUCCEEDED
@@ -125,15 +135,23 @@ def test_the_stack_runs_as_the_least_privileged_roles(service_stack: ServiceStac
     wait_until(lambda: state("charge") == S.JOB_STATE_OUTCOME_UNKNOWN, timeout=60, what="the charge's verdict")
     for worker in workers:
         if worker.popen.poll() is not None:
-            workers.append(service_stack.start_worker(f"{worker.name}-again", DATABASE_URL=worker_url,
-                                                      JOBS_HANDLER_MODULES=TEST_HANDLERS))
+            workers.append(
+                service_stack.start_worker(
+                    f"{worker.name}-again", DATABASE_URL=worker_url, JOBS_HANDLER_MODULES=TEST_HANDLERS
+                )
+            )
     client.stub.RetryJob(
         S.RetryJobRequest(job_id=ids["charge"], reason="checked", accept_duplicate_risk=True), metadata=client.metadata
     )
     expected = {
-        "echo": S.JOB_STATE_SUCCEEDED, "retried": S.JOB_STATE_SUCCEEDED, "crash": S.JOB_STATE_SUCCEEDED,
-        "charge": S.JOB_STATE_SUCCEEDED, "long": S.JOB_STATE_CANCELLED, "later": S.JOB_STATE_PENDING,
-        "overdue": S.JOB_STATE_FAILED, "dependent": S.JOB_STATE_FAILED,
+        "echo": S.JOB_STATE_SUCCEEDED,
+        "retried": S.JOB_STATE_SUCCEEDED,
+        "crash": S.JOB_STATE_SUCCEEDED,
+        "charge": S.JOB_STATE_SUCCEEDED,
+        "long": S.JOB_STATE_CANCELLED,
+        "later": S.JOB_STATE_PENDING,
+        "overdue": S.JOB_STATE_FAILED,
+        "dependent": S.JOB_STATE_FAILED,
     }
     wait_until(lambda: {n: state(n) for n in expected} == expected, timeout=90, interval=0.3, what=str(expected))
     assert client.result(ids["charge"]).payload.startswith(b"reconciled:")

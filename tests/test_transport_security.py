@@ -68,9 +68,10 @@ def _presented_certificate(port: int, tls: TlsFiles) -> bytes:
     context = ssl.create_default_context(cafile=str(tls.ca_cert))
     context.load_cert_chain(tls.client.cert, tls.client.key)
     context.set_alpn_protocols(["h2"])
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, context.wrap_socket(
-        raw, server_hostname="localhost"
-    ) as wrapped:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as wrapped,
+    ):
         return wrapped.getpeercert(binary_form=True)
 
 
@@ -141,9 +142,7 @@ def test_a_rotated_certificate_is_served_after_sighup(service_stack: ServiceStac
     shutil.copy(rotated.cert, live.cert)
     shutil.copy(rotated.key, live.key)
     api.signal(signal.SIGHUP)
-    wait_until(
-        lambda: _presented_certificate(port, tls_files) == _der(rotated), timeout=10, what="the new certificate"
-    )
+    wait_until(lambda: _presented_certificate(port, tls_files) == _der(rotated), timeout=10, what="the new certificate")
     assert client.submit("echo", b"after, on the connection made before").created
 
     live.key.write_text("not a key")

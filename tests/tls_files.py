@@ -30,8 +30,14 @@ class TlsFiles:
 
     def issue_server(self, name: str) -> KeyPair:
         """Another server certificate from the same CA (for rotation)."""
-        return _issue(self.folder, name, "/CN=localhost", self.folder / "ca", "serverAuth",
-                      "subjectAltName=IP:127.0.0.1,DNS:localhost")
+        return _issue(
+            self.folder,
+            name,
+            "/CN=localhost",
+            self.folder / "ca",
+            "serverAuth",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        )
 
 
 def _run(*args: str) -> None:
@@ -42,19 +48,61 @@ def _run(*args: str) -> None:
 
 def _make_ca(folder: Path, name: str) -> Path:
     base = folder / name
-    _run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-keyout", f"{base}.key", "-out", f"{base}.crt", "-days", DAYS_VALID, "-subj", f"/CN={name}")
+    _run(
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        f"{base}.key",
+        "-out",
+        f"{base}.crt",
+        "-days",
+        DAYS_VALID,
+        "-subj",
+        f"/CN={name}",
+    )
     return base
 
 
 def _issue(folder: Path, name: str, subject: str, ca: Path, usage: str, extra: str = "") -> KeyPair:
     base = folder / name
-    _run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-keyout", f"{base}.key", "-out", f"{base}.csr", "-subj", subject)
+    _run(
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        f"{base}.key",
+        "-out",
+        f"{base}.csr",
+        "-subj",
+        subject,
+    )
     extensions = folder / f"{name}.ext"
     extensions.write_text(f"extendedKeyUsage={usage}\n" + (f"{extra}\n" if extra else ""))
-    _run("x509", "-req", "-in", f"{base}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
-         "-out", f"{base}.crt", "-days", DAYS_VALID, "-extfile", str(extensions))
+    _run(
+        "x509",
+        "-req",
+        "-in",
+        f"{base}.csr",
+        "-CA",
+        f"{ca}.crt",
+        "-CAkey",
+        f"{ca}.key",
+        "-CAcreateserial",
+        "-out",
+        f"{base}.crt",
+        "-days",
+        DAYS_VALID,
+        "-extfile",
+        str(extensions),
+    )
     return KeyPair(Path(f"{base}.crt"), Path(f"{base}.key"))
 
 

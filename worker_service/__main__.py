@@ -39,8 +39,11 @@ async def run(settings: WorkerSettings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info(
-        "worker %s: %d slots, lease %.0fs, kinds %s", settings.worker_id, settings.concurrency,
-        settings.lease_seconds, ", ".join(sorted(registry.kinds())),
+        "worker %s: %d slots, lease %.0fs, kinds %s",
+        settings.worker_id,
+        settings.concurrency,
+        settings.lease_seconds,
+        ", ".join(sorted(registry.kinds())),
     )
     try:
         await Worker(settings, registry, db, api, metrics).run(stop)

@@ -20,9 +20,7 @@ RETENTION_BATCH_LIMIT = 1000
 LISTEN_RETRY_MAX_SECONDS = 10.0
 
 
-async def listen_for_work(
-    database_url: str, wake: Callable[[], None], stop_requested: Callable[[str], None]
-) -> None:
+async def listen_for_work(database_url: str, wake: Callable[[], None], stop_requested: Callable[[str], None]) -> None:
     """Calls `wake` on every insert notification and `stop_requested(job_id)` when a running job was
     cancelled or superseded; reconnects with backoff, waking once per reconnect because notifications
     sent while disconnected are lost (heartbeats still deliver the stops)."""
@@ -55,9 +53,16 @@ async def rescue_leases(db: Database, metrics: WorkerMetrics, interval_seconds: 
             for t in ended:
                 metrics.rescued.labels(t.state.value).inc()
                 log.info(
-                    "lease sweep moved job to %s", t.state.value,
-                    extra={"job_id": t.job_id, "tenant": t.tenant, "kind": t.kind, "attempt": t.attempts,
-                           "fencing_token": t.fencing_token, "state": t.state.value},
+                    "lease sweep moved job to %s",
+                    t.state.value,
+                    extra={
+                        "job_id": t.job_id,
+                        "tenant": t.tenant,
+                        "kind": t.kind,
+                        "attempt": t.attempts,
+                        "fencing_token": t.fencing_token,
+                        "state": t.state.value,
+                    },
                 )
         except JobsError as exc:
             log.warning("lease sweep failed: %s", exc.message)

@@ -25,8 +25,10 @@ class WorkerMetrics:
             "jobs_completed_total", "Attempts that ended, by outcome.", ["tenant", "kind", "outcome"], registry=r
         )
         self.failures = Counter(
-            "jobs_attempt_failures_total", "Failed attempts the API accepted, by error category.",
-            ["tenant", "kind", "category"], registry=r,
+            "jobs_attempt_failures_total",
+            "Failed attempts the API accepted, by error category.",
+            ["tenant", "kind", "category"],
+            registry=r,
         )
         self.queue_wait = Histogram(
             "jobs_queue_wait_seconds", "From runnable to claimed.", ["kind"], buckets=SECONDS_BUCKETS, registry=r
@@ -37,15 +39,19 @@ class WorkerMetrics:
         self.leases_lost = Counter("jobs_leases_lost_total", "Leases this replica lost while working.", registry=r)
         self.in_flight = Gauge("jobs_in_flight", "Jobs this replica holds a lease on.", registry=r)
         self.claim_batch = Histogram(
-            "jobs_claim_batch_size", "Jobs returned by one claim statement.",
-            buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200, 500), registry=r,
+            "jobs_claim_batch_size",
+            "Jobs returned by one claim statement.",
+            buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200, 500),
+            registry=r,
         )
         self.heartbeat_seconds = Histogram(
             "jobs_heartbeat_rtt_seconds", "Round trip of one Heartbeat call.", buckets=SECONDS_BUCKETS, registry=r
         )
         self.rescued = Counter(
-            "jobs_rescued_total", "Expired leases and past-deadline jobs this replica's sweeps ended.",
-            ["state"], registry=r,
+            "jobs_rescued_total",
+            "Expired leases and past-deadline jobs this replica's sweeps ended.",
+            ["state"],
+            registry=r,
         )
 
     def watch_pool(self, stats: Callable[[], Mapping[str, int]]) -> None:

@@ -32,7 +32,9 @@ class ClientTlsFiles:
         if bool(cert) != bool(key):
             raise SettingsError("JOBS_TLS_CLIENT_CERT_FILE and JOBS_TLS_CLIENT_KEY_FILE must be set together")
         files = cls(
-            Path(ca), Path(cert) if cert else None, Path(key) if key else None,
+            Path(ca),
+            Path(cert) if cert else None,
+            Path(key) if key else None,
             env_optional(env, "JOBS_TLS_SERVER_NAME"),
         )
         files.credentials()  # fail at start when a file is missing

@@ -101,12 +101,14 @@ class Worker:
             ),
         ]
         if self._settings.retention_seconds > 0:
-            background.append(asyncio.create_task(
-                apply_retention(
-                    self._db, self._settings.retention_seconds, self._settings.retention_interval_seconds
-                ),
-                name="retention",
-            ))
+            background.append(
+                asyncio.create_task(
+                    apply_retention(
+                        self._db, self._settings.retention_seconds, self._settings.retention_interval_seconds
+                    ),
+                    name="retention",
+                )
+            )
         for task in background:
             task.add_done_callback(self._on_background_done)
         stop_waiter = asyncio.create_task(stop.wait())
@@ -181,16 +183,26 @@ class Worker:
 
     def _start(self, job: ClaimedJob) -> None:
         context = JobContext(
-            job_id=job.job_id, tenant=job.tenant, kind=job.kind, payload=job.payload,
-            attempt=job.attempt, max_attempts=job.max_attempts, fencing_token=job.fencing_token,
+            job_id=job.job_id,
+            tenant=job.tenant,
+            kind=job.kind,
+            payload=job.payload,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            fencing_token=job.fencing_token,
             receipt_book=DatabaseReceiptBook(self._db, LeaseRef(job.job_id, job.fencing_token)),
         )
         active = ActiveJob(
             claimed=job,
             context=context,
             lease_deadline=time.monotonic() + self._settings.lease_seconds,
-            log_fields={"job_id": job.job_id, "tenant": job.tenant, "kind": job.kind,
-                        "attempt": job.attempt, "fencing_token": job.fencing_token},
+            log_fields={
+                "job_id": job.job_id,
+                "tenant": job.tenant,
+                "kind": job.kind,
+                "attempt": job.attempt,
+                "fencing_token": job.fencing_token,
+            },
         )
         self._active[job.job_id] = active
         self._metrics.in_flight.set(len(self._active))
@@ -289,7 +301,9 @@ class Worker:
         if outcome is not JobState.CANCELLED:  # a cancel on request travels as a failure, but is none
             self._metrics.count_failure(job.tenant, job.kind, error.category.value)
         log.info(
-            "attempt failed (%s): %s", error.category.value, error.message[:200],
+            "attempt failed (%s): %s",
+            error.category.value,
+            error.message[:200],
             extra={**active.log_fields, "state": outcome.value},
         )
 
@@ -301,7 +315,9 @@ class Worker:
         if reason is StopReason.SHUTDOWN:
             try:
                 state = await self._api.release(
-                    active.lease, started=True, reason="worker shutting down",
+                    active.lease,
+                    started=True,
+                    reason="worker shutting down",
                     deadline=time.monotonic() + RELEASE_DEADLINE_SECONDS,
                 )
             except ApiUnreachable as exc:
@@ -351,9 +367,7 @@ class Worker:
                 self._metrics.heartbeat_seconds.observe(time.monotonic() - sent_at)
                 self._apply(actives, statuses, sent_at)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._heartbeat_now.wait(), max(interval - (time.monotonic() - sent_at), 0.0)
-                )
+                await asyncio.wait_for(self._heartbeat_now.wait(), max(interval - (time.monotonic() - sent_at), 0.0))
 
     def _apply(self, actives: list[ActiveJob], statuses, sent_at: float) -> None:
         for active, status in zip(actives, statuses, strict=True):

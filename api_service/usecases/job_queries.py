@@ -47,7 +47,9 @@ class JobQueries:
         """Only a stored result is cached; "no such job" and "not ready yet" are read every time."""
         check_job_id(job_id)
         return await self._results.get(
-            ("job", tenant, job_id), lambda: self._read_result(tenant, job_id), size_of=_result_bytes,
+            ("job", tenant, job_id),
+            lambda: self._read_result(tenant, job_id),
+            size_of=_result_bytes,
             read="job_result",
         )
 

@@ -39,8 +39,12 @@ def job_at(job: Job, event: JobEvent) -> Job:
 
 class JobWatch:
     def __init__(
-        self, db: Database, signals: ChangeSignals, recheck_seconds: float = RECHECK_SECONDS_DEFAULT,
-        *, max_streams: int = STREAMS_MAX_DEFAULT,
+        self,
+        db: Database,
+        signals: ChangeSignals,
+        recheck_seconds: float = RECHECK_SECONDS_DEFAULT,
+        *,
+        max_streams: int = STREAMS_MAX_DEFAULT,
     ):
         self._db = db
         self._signals = signals
@@ -94,9 +98,7 @@ class JobWatch:
     async def _events_after(self, tenant: TenantId, job_id: JobId, sequence: int) -> tuple[list[JobEvent], Job]:
         async with self._db.transaction(tenant) as conn:
             job = await job_store.get_job(conn, tenant, job_id)
-            events = await job_store.list_events(
-                conn, tenant, job_id, after_sequence=sequence, limit=EVENTS_PER_READ
-            )
+            events = await job_store.list_events(conn, tenant, job_id, after_sequence=sequence, limit=EVENTS_PER_READ)
         if job is None:
             raise NotFound()
         return [e for e in events if e.sequence <= job.sequence], job

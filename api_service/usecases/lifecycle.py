@@ -46,7 +46,8 @@ class JobLifecycle:
             raise NotFound()
         raise FailedPrecondition(
             f"the job already ended: it is {current.state.value}",
-            reason="JOB_ALREADY_ENDED", metadata={"state": current.state.value},
+            reason="JOB_ALREADY_ENDED",
+            metadata={"state": current.state.value},
         )
 
     async def retry(
@@ -68,7 +69,8 @@ class JobLifecycle:
                     if states.get(dep) in _ENDED_BADLY:
                         raise FailedPrecondition(
                             f"dependency {dep} ended {states[dep].value}; retry it first",
-                            reason="DEPENDENCY_FAILED", metadata={"dependency": dep},
+                            reason="DEPENDENCY_FAILED",
+                            metadata={"dependency": dep},
                         )
                 if any(states.get(dep) is not JobState.SUCCEEDED for dep in candidate.depends_on):
                     next_state = JobState.BLOCKED
@@ -76,8 +78,13 @@ class JobLifecycle:
             if candidate.state is JobState.OUTCOME_UNKNOWN:
                 note += " (duplicate risk accepted)"
             job = await job_store.reopen(
-                conn, tenant=tenant, job_id=job_id, expected=candidate.state, next_state=next_state,
-                actor=actor, reason=note,
+                conn,
+                tenant=tenant,
+                job_id=job_id,
+                expected=candidate.state,
+                next_state=next_state,
+                actor=actor,
+                reason=note,
             )
         assert job is not None  # the row is locked and was checked above
         log.info("job reopened by manual retry", extra=job_fields(job, actor=actor, reason=note))
@@ -88,7 +95,8 @@ def _check_retryable(candidate: job_store.RetryCandidate, accept_duplicate_risk:
     if candidate.state not in _RETRYABLE_STATES:
         raise FailedPrecondition(
             f"only FAILED, CANCELLED or OUTCOME_UNKNOWN jobs can be retried; this one is {candidate.state.value}",
-            reason="NOT_RETRYABLE", metadata={"state": candidate.state.value},
+            reason="NOT_RETRYABLE",
+            metadata={"state": candidate.state.value},
         )
     if candidate.state is JobState.OUTCOME_UNKNOWN and not accept_duplicate_risk:
         raise FailedPrecondition(
@@ -98,5 +106,6 @@ def _check_retryable(candidate: job_store.RetryCandidate, accept_duplicate_risk:
     if candidate.latest_version is not None and (candidate.resource_version or 0) < candidate.latest_version:
         raise FailedPrecondition(
             f"version {candidate.latest_version} of this resource was submitted since; its result would be stale",
-            reason="NEWER_VERSION_EXISTS", metadata={"latest_version": str(candidate.latest_version)},
+            reason="NEWER_VERSION_EXISTS",
+            metadata={"latest_version": str(candidate.latest_version)},
         )

@@ -25,7 +25,11 @@ _ENDED_BADLY = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.SUPERSED
 
 class SubmissionService:
     def __init__(
-        self, db: Database, registry: HandlerRegistry, limits: SubmissionLimits, *,
+        self,
+        db: Database,
+        registry: HandlerRegistry,
+        limits: SubmissionLimits,
+        *,
         dedupe_window_seconds: float = DEDUPE_WINDOW_SECONDS_DEFAULT,
     ) -> None:
         self._db = db
@@ -48,9 +52,7 @@ class SubmissionService:
         if len(jobs) > self._limits.max_batch_size:
             raise InvalidArgument(FieldViolation("jobs", f"must hold at most {self._limits.max_batch_size}"))
         for index, job in enumerate(jobs):
-            validate_new_job(
-                job, limits=self._limits, known_kinds=self._registry.kinds(), prefix=f"jobs[{index}]."
-            )
+            validate_new_job(job, limits=self._limits, known_kinds=self._registry.kinds(), prefix=f"jobs[{index}].")
         plain = [i for i, job in enumerate(jobs) if _is_plain(job)]
         submitted: dict[int, tuple[SubmitOutcome, list[JobId]]] = {}
         async with self._db.transaction(tenant) as conn:
@@ -149,8 +151,11 @@ class SubmissionService:
         superseded: list[JobId] = []
         if job.resource_key and (job.resource_version or 0) > latest_version:
             superseded = await job_store.advance_resource(
-                conn, tenant=tenant, resource_key=job.resource_key,
-                resource_version=job.resource_version or 0, actor=actor,
+                conn,
+                tenant=tenant,
+                resource_key=job.resource_key,
+                resource_version=job.resource_version or 0,
+                actor=actor,
             )
         return SubmitOutcome(created, True), superseded
 
@@ -178,17 +183,15 @@ def _log_committed(actor: str, submitted: Sequence[tuple[SubmitOutcome, list[Job
         log.info("job submitted", extra=job_fields(job, actor=actor))
         for old_job_id in superseded:
             log.info(
-                "job superseded by version %s", job.resource_version,
-                extra={"job_id": old_job_id, "tenant": job.tenant, "state": JobState.SUPERSEDED.value,
-                       "actor": actor},
+                "job superseded by version %s",
+                job.resource_version,
+                extra={"job_id": old_job_id, "tenant": job.tenant, "state": JobState.SUPERSEDED.value, "actor": actor},
             )
 
 
 def _is_plain(job: NewJob) -> bool:
     """Needs no lookups before its insert, so a batch can insert many in one statement."""
-    return (
-        job.idempotency_key is None and not job.resource_key and not job.depends_on and not job.dedupe_by_input
-    )
+    return job.idempotency_key is None and not job.resource_key and not job.depends_on and not job.dedupe_by_input
 
 
 def _replay(existing: Job, existing_digest: bytes | None, digest: bytes | None) -> SubmitOutcome:
@@ -207,7 +210,8 @@ async def _dependency_state(
     states = await job_store.dependency_states(conn, tenant, job.depends_on)
     missing = [
         FieldViolation(f"{prefix}depends_on[{i}]", "no such job")
-        for i, dep in enumerate(job.depends_on) if dep not in states
+        for i, dep in enumerate(job.depends_on)
+        if dep not in states
     ]
     if missing:
         raise InvalidArgument(missing)

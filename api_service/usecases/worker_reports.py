@@ -64,9 +64,7 @@ class WorkerReports:
     async def heartbeat(self, leases: Sequence[LeaseRef], extend_by_seconds: float) -> list[LeaseStatus]:
         _check_leases(leases, "leases")
         if not LEASE_MIN_SECONDS <= extend_by_seconds <= self._lease_max_seconds:
-            raise InvalidArgument(
-                FieldViolation("extend_by", f"must be between 1s and {self._lease_max_seconds:g}s")
-            )
+            raise InvalidArgument(FieldViolation("extend_by", f"must be between 1s and {self._lease_max_seconds:g}s"))
         if not leases:
             return []
         async with self._db.transaction() as conn:
@@ -74,8 +72,11 @@ class WorkerReports:
         for status in statuses:
             if not status.held and not status.ended_by_holder:
                 outcome = (
-                    ReportOutcome.JOB_CANCELLED if status.cancel_requested
-                    else ReportOutcome.JOB_SUPERSEDED if status.superseded else ReportOutcome.LEASE_LOST
+                    ReportOutcome.JOB_CANCELLED
+                    if status.cancel_requested
+                    else ReportOutcome.JOB_SUPERSEDED
+                    if status.superseded
+                    else ReportOutcome.LEASE_LOST
                 )
                 # Usual after a cancel or a newer version, so no warning: the worker stops the job.
                 lease = LeaseRef(status.job_id, status.fencing_token)
@@ -118,7 +119,10 @@ class WorkerReports:
         _check_leases([lease], "lease")
         async with self._db.transaction() as conn:
             outcome = await lease_store.release(
-                conn, worker_id=worker_id, lease=lease, started=started,
+                conn,
+                worker_id=worker_id,
+                lease=lease,
+                started=started,
                 reason=reason[:200].replace("\x00", "") or "released",
             )
         if isinstance(outcome, ReportOutcome):
@@ -132,7 +136,14 @@ class WorkerReports:
         """Counts and logs a report the fencing check refused; it changed nothing, so it is no transition."""
         self._rejections.rejected(outcome)
         log.log(
-            level, "%s refused: %s", report, outcome.value,
-            extra={"job_id": lease.job_id, "fencing_token": lease.fencing_token, "reason": outcome.value,
-                   "worker_id": worker_id or None},
+            level,
+            "%s refused: %s",
+            report,
+            outcome.value,
+            extra={
+                "job_id": lease.job_id,
+                "fencing_token": lease.fencing_token,
+                "reason": outcome.value,
+                "worker_id": worker_id or None,
+            },
         )

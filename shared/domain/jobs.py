@@ -27,9 +27,7 @@ class JobState(enum.StrEnum):
         return self in TERMINAL_STATES
 
 
-TERMINAL_STATES = frozenset(
-    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.SUPERSEDED}
-)
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.SUPERSEDED})
 
 
 class ErrorCategory(enum.StrEnum):
@@ -187,7 +185,6 @@ class Receipt:
     @property
     def confirmed(self) -> bool:
         return self.confirmed_at is not None
-
 
 
 @dataclass(frozen=True)

@@ -136,8 +136,13 @@ class HandlerRegistry:
             if kind in self._specs:
                 raise ValueError(f"job kind {kind!r} is registered twice")
             self._specs[kind] = HandlerSpec(
-                kind, handler, max_attempts, timeout_seconds, external_side_effects,
-                backoff_base_seconds, backoff_cap_seconds,
+                kind,
+                handler,
+                max_attempts,
+                timeout_seconds,
+                external_side_effects,
+                backoff_base_seconds,
+                backoff_cap_seconds,
             )
             return handler
 

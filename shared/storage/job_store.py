@@ -115,9 +115,7 @@ class PlainInsert:
     backoff_cap_seconds: float
 
 
-async def insert_many(
-    conn: Connection, tenant: TenantId, actor: str, items: Sequence[PlainInsert]
-) -> list[Job]:
+async def insert_many(conn: Connection, tenant: TenantId, actor: str, items: Sequence[PlainInsert]) -> list[Job]:
     """One statement for the lot; jobs come back in input order (ids are chosen here, at random)."""
     job_ids = [uuid.uuid4() for _ in items]
     cur = await conn.execute(
@@ -166,9 +164,7 @@ async def advance_resource(
 
 async def cancel(conn: Connection, *, tenant: TenantId, job_id: JobId, actor: str, reason: str) -> Job | None:
     """None when the job is absent or already finished."""
-    cur = await conn.execute(
-        queries.JOB_CANCEL, {"tenant": tenant, "job_id": job_id, "actor": actor, "reason": reason}
-    )
+    cur = await conn.execute(queries.JOB_CANCEL, {"tenant": tenant, "job_id": job_id, "actor": actor, "reason": reason})
     row = await cur.fetchone()
     return job_from_row(row) if row else None
 
@@ -187,19 +183,33 @@ async def lock_for_retry(conn: Connection, tenant: TenantId, job_id: JobId) -> R
     if row is None:
         return None
     return RetryCandidate(
-        JobState(row["state"]), row["resource_version"], row["latest_version"],
+        JobState(row["state"]),
+        row["resource_version"],
+        row["latest_version"],
         tuple(JobId(str(d)) for d in row["depends_on"]),
     )
 
 
 async def reopen(
-    conn: Connection, *, tenant: TenantId, job_id: JobId, expected: JobState, next_state: JobState,
-    actor: str, reason: str,
+    conn: Connection,
+    *,
+    tenant: TenantId,
+    job_id: JobId,
+    expected: JobState,
+    next_state: JobState,
+    actor: str,
+    reason: str,
 ) -> Job | None:
     cur = await conn.execute(
         queries.JOB_RETRY,
-        {"tenant": tenant, "job_id": job_id, "expected_state": expected.value, "next_state": next_state.value,
-         "actor": actor, "reason": reason},
+        {
+            "tenant": tenant,
+            "job_id": job_id,
+            "expected_state": expected.value,
+            "next_state": next_state.value,
+            "actor": actor,
+            "reason": reason,
+        },
     )
     row = await cur.fetchone()
     return job_from_row(row) if row else None
@@ -226,8 +236,13 @@ async def result_for_version(
     job = job_from_row(row)
     if row["result_payload"] is None:
         return job, None
-    result = JobResult(job.job_id, bytes(row["result_payload"]), row["result_attempt"],
-                       FencingToken(row["result_fencing_token"]), row["result_created_at"])
+    result = JobResult(
+        job.job_id,
+        bytes(row["result_payload"]),
+        row["result_attempt"],
+        FencingToken(row["result_fencing_token"]),
+        row["result_created_at"],
+    )
     return job, result
 
 
@@ -282,9 +297,7 @@ async def list_events(
     ]
 
 
-async def get_by_idempotency_key(
-    conn: Connection, tenant: TenantId, key: str
-) -> tuple[Job, bytes | None] | None:
+async def get_by_idempotency_key(conn: Connection, tenant: TenantId, key: str) -> tuple[Job, bytes | None] | None:
     cur = await conn.execute(queries.JOB_GET_BY_IDEMPOTENCY_KEY, {"tenant": tenant, "idempotency_key": key})
     row = await cur.fetchone()
     return (job_from_row(row), row["request_digest"]) if row else None
@@ -319,9 +332,7 @@ async def list_jobs(
     return JobPage(jobs[:page_size], PageCursor(last.created_at, last.job_id))
 
 
-async def get_result(
-    conn: Connection, tenant: TenantId, job_id: JobId
-) -> tuple[JobState, JobResult | None] | None:
+async def get_result(conn: Connection, tenant: TenantId, job_id: JobId) -> tuple[JobState, JobResult | None] | None:
     """None when the job does not exist for this tenant; otherwise its state and result, if any."""
     cur = await conn.execute(queries.RESULT_GET, {"tenant": tenant, "job_id": job_id})
     row = await cur.fetchone()

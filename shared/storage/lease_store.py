@@ -63,8 +63,12 @@ async def claim_batch(
 def _transitions(rows: list[dict[str, Any]]) -> list[Transition]:
     return [
         Transition(
-            JobId(str(r["job_id"])), TenantId(r["tenant"]), r["kind"], JobState(r["state"]),
-            r["attempts"], FencingToken(r["fencing_token"]),
+            JobId(str(r["job_id"])),
+            TenantId(r["tenant"]),
+            r["kind"],
+            JobState(r["state"]),
+            r["attempts"],
+            FencingToken(r["fencing_token"]),
         )
         for r in rows
     ]
@@ -85,9 +89,7 @@ async def _current_states(conn: Connection, job_ids: Sequence[JobId]) -> dict[Jo
     return {JobId(str(r["job_id"])): JobState(r["state"]) for r in await cur.fetchall()}
 
 
-async def heartbeat(
-    conn: Connection, leases: Sequence[LeaseRef], *, lease_seconds: float
-) -> list[LeaseStatus]:
+async def heartbeat(conn: Connection, leases: Sequence[LeaseRef], *, lease_seconds: float) -> list[LeaseStatus]:
     """Extends held leases; for the others says whether the job was cancelled or superseded."""
     cur = await conn.execute(
         queries.JOB_HEARTBEAT_BATCH,
@@ -124,9 +126,7 @@ async def heartbeat(
     return statuses
 
 
-async def complete_batch(
-    conn: Connection, *, worker_id: str, completions: Sequence[Completion]
-) -> list[ReportOutcome]:
+async def complete_batch(conn: Connection, *, worker_id: str, completions: Sequence[Completion]) -> list[ReportOutcome]:
     """One fenced statement for the whole batch; outcomes in input order."""
     cur = await conn.execute(
         queries.JOB_COMPLETE_BATCH,

@@ -77,8 +77,7 @@ class ExporterSession:
             )
             rows = await cur.fetchall()
         return [
-            QueueRow(r["tenant"], r["kind"], JobState(r["state"]), r["jobs"], r["oldest_wait_seconds"])
-            for r in rows
+            QueueRow(r["tenant"], r["kind"], JobState(r["state"]), r["jobs"], r["oldest_wait_seconds"]) for r in rows
         ]
 
     async def close(self) -> None:
@@ -92,8 +91,11 @@ class ExporterSession:
         if self._conn is None or self._conn.closed:
             self._holds_lock = False
             self._conn = await psycopg.AsyncConnection.connect(
-                self._database_url, autocommit=True, row_factory=dict_row,
-                application_name=self._application_name, options=_SESSION_OPTIONS,
+                self._database_url,
+                autocommit=True,
+                row_factory=dict_row,
+                application_name=self._application_name,
+                options=_SESSION_OPTIONS,
             )
         return self._conn
 

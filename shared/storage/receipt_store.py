@@ -30,9 +30,13 @@ async def list_receipts(conn: Connection, job_id: JobId) -> list[Receipt]:
     cur = await conn.execute(queries.RECEIPT_LIST, {"job_id": job_id})
     return [
         Receipt(
-            attempt=r["attempt"], step=r["step"], fencing_token=FencingToken(r["fencing_token"]),
-            intent=bytes(r["intent"]), receipt=bytes(r["receipt"]) if r["receipt"] is not None else None,
-            recorded_at=r["recorded_at"], confirmed_at=r["confirmed_at"],
+            attempt=r["attempt"],
+            step=r["step"],
+            fencing_token=FencingToken(r["fencing_token"]),
+            intent=bytes(r["intent"]),
+            receipt=bytes(r["receipt"]) if r["receipt"] is not None else None,
+            recorded_at=r["recorded_at"],
+            confirmed_at=r["confirmed_at"],
         )
         for r in await cur.fetchall()
     ]
