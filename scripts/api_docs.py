@@ -111,7 +111,7 @@ def render(files: list[descriptor_pb2.FileDescriptorProto]) -> str:
 
 def _service(file, service, comments: Comments, path: tuple[int, ...]) -> str:
     lines = [f"### {PACKAGE}.{service.name}\n", f"Defined in `proto/{file.name}`."]
-    about = " ".join(filter(None, [comments(_FILE_PACKAGE), comments(*path)]))
+    about = comments(*path) or comments(_FILE_PACKAGE)
     if about:
         lines.append(f" {about}")
     lines.append("\n\n| RPC | request | response | what it does |\n|---|---|---|---|\n")
