@@ -8,12 +8,14 @@ VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
 # Rewritten after each successful install, so `venv` re-runs only when pyproject.toml is newer.
 VENV_STAMP := $(VENV)/.installed-from-pyproject
+# npm ci rewrites node_modules/ from package-lock.json; the stamp makes it re-run only when the lock changes.
+NODE_STAMP := node_modules/.installed-from-lock
 
 # The tests create their own databases through this admin connection.
 TEST_ADMIN_URL_DEFAULT := postgresql://postgres@127.0.0.1:5432/postgres
 export JOBS_TEST_ADMIN_URL ?= $(or $(DATABASE_URL),$(TEST_ADMIN_URL_DEFAULT))
 
-.PHONY: help venv generate lint format test run bench system-deps clean
+.PHONY: help venv node-deps generate lint format test run bench system-deps clean
 
 help: ## List the targets
 	@echo "Usage: make TARGET"
@@ -27,20 +29,28 @@ $(VENV_STAMP): pyproject.toml
 	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
+node-deps: $(NODE_STAMP) ## Install buf and the Node client test's gRPC libraries from package-lock.json (npm ci)
+
+# --ignore-scripts: none of these packages needs its install script (buf's only speeds up its launcher).
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --ignore-scripts --no-audit --no-fund
+	@touch $@
+
 generate: venv ## Regenerate the gRPC stubs in proto/jobs/v1 and docs/API.md from the .proto files
 	PYTHON=$(VENV_PYTHON) scripts/generate_stubs.sh
 	$(VENV_PYTHON) scripts/api_docs.py
 
-lint: venv ## ruff (lint and format check), and import-linter's layer contracts from pyproject.toml
+lint: venv node-deps ## ruff (lint and format check), import-linter's layer contracts, buf lint and buf breaking
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	scripts/check_protos.sh
 
 format: venv ## Apply ruff's formatter and its autofixable lint rules
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: venv lint ## lint, then pytest (PostgreSQL from JOBS_TEST_ADMIN_URL, else DATABASE_URL, else local :5432)
+test: venv node-deps lint ## lint, then pytest (PostgreSQL from JOBS_TEST_ADMIN_URL, else DATABASE_URL, else local :5432)
 	@echo "tests use admin URL $(JOBS_TEST_ADMIN_URL)"
 	$(VENV)/bin/pytest tests
 
@@ -51,14 +61,20 @@ bench: venv ## Throughput, latency and memory figures against their targets: a t
 	@echo "benchmarks use admin URL $(JOBS_TEST_ADMIN_URL) (BENCH_ONLY, BENCH_JOBS, BENCH_SOAK_SECONDS: see benchmarks/__main__.py)"
 	BENCH_ADMIN_URL=$${BENCH_ADMIN_URL:-$(JOBS_TEST_ADMIN_URL)} $(VENV_PYTHON) -m benchmarks
 
-system-deps: ## Install what the tests need from the OS (promtool); run as root
+system-deps: ## Install what the tests need from the OS (promtool; node and npm); run as root
 	@if command -v promtool >/dev/null; then \
 		echo "promtool present: $$(command -v promtool)"; \
 	else \
 		apt-get update; \
 		DEBIAN_FRONTEND=noninteractive apt-get install --yes --no-install-recommends prometheus; \
 	fi
+	@if command -v npm >/dev/null; then \
+		echo "node $$(node --version) and npm $$(npm --version) present"; \
+	else \
+		apt-get update; \
+		DEBIAN_FRONTEND=noninteractive apt-get install --yes --no-install-recommends nodejs npm; \
+	fi
 
 clean: ## Remove the venv, caches, build output and .dev/ (the embedded database's data)
-	rm -rf $(VENV) .dev build dist *.egg-info .pytest_cache .ruff_cache .import_linter_cache
+	rm -rf $(VENV) node_modules .dev build dist *.egg-info .pytest_cache .ruff_cache .import_linter_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -51,9 +51,12 @@ def _split_method(full_method: str) -> tuple[str, str]:
 
 
 def _bearer_token(metadata) -> str | None:
+    """The token of `authorization: Bearer <token>`; the scheme's case does not matter (RFC 6750, 2.1)."""
     for key, value in metadata or ():
-        if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
-            return value[len("Bearer ") :].strip()
+        if key == "authorization" and isinstance(value, str):
+            scheme, _, token = value.partition(" ")
+            if scheme.lower() == "bearer":
+                return token.strip()
     return None
 
 

@@ -8,7 +8,6 @@ import signal
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
 from api_service.health_monitor import HealthMonitor
@@ -19,6 +18,7 @@ from api_service.metrics import ApiMetrics
 from api_service.principals import PrincipalsFile
 from api_service.queue_gauges import QueueGaugeRefresher
 from api_service.result_cache import ResultCache
+from api_service.server_reflection import DescriptorFiles, ServerReflection
 from api_service.settings import ApiSettings
 from api_service.transport_security import ReloadableServerCredentials
 from api_service.usecases.admission import SubmissionAdmission
@@ -92,15 +92,14 @@ async def serve(settings: ApiSettings) -> None:
     )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
+    ServerReflection(
+        DescriptorFiles.for_api(),
         (
             jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
             worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
         ),
-        server,
-    )
+    ).add_to(server)
     if tls:
         port = server.add_secure_port(settings.listen, tls.credentials)
     else:

@@ -42,13 +42,34 @@ INTRO = f"""# API reference
 .proto comments, not this file: tests/test_api_docs.py fails when the two differ. -->
 
 Package `{PACKAGE}`, served over gRPC by `python -m api_service` (with `grpc.health.v1.Health` and server
-reflection). Every call carries `authorization: Bearer <token>`: tenant tokens may call `JobService` only,
-worker tokens `WorkerService` only, and the tenant always comes from the token. Errors carry a
-`google.rpc.Status` with `ErrorInfo` (domain `jobs.v1`) and, for bad input, `BadRequest` naming each field;
-the codes and what to do about each are in [GUARANTEES.md](GUARANTEES.md#errors).
+reflection). Every call carries `authorization: Bearer <token>` (the scheme in any case, as RFC 6750
+allows): tenant tokens may call `JobService` only, worker tokens `WorkerService` only, and the tenant always
+comes from the token. Errors carry a `google.rpc.Status` with `ErrorInfo` (domain `jobs.v1`) and, for bad
+input, `BadRequest` naming each field; the codes and what to do about each are in
+[GUARANTEES.md](GUARANTEES.md#errors).
 
-Generated client code: the Python stubs are committed beside the protos (`jobs.v1.jobs_pb2_grpc`); for
-other languages run `protoc` on `proto/jobs/v1/*.proto` (import root `proto/`).
+## From other languages
+
+- **Generated code.** The Python stubs are committed beside the protos (`jobs.v1.jobs_pb2_grpc`). For
+  other languages run `protoc` (or `buf generate`) on `proto/jobs/v1/*.proto`, import root `proto/`. The
+  files set `go_package` (`durable-jobs/gen/go/jobs/v1;jobsv1`: override it with protoc's `M` flag or
+  buf's managed mode to generate into your module), `java_package` `durablejobs.jobs.v1` with
+  `java_multiple_files`, and `csharp_namespace` `DurableJobs.Jobs.V1`.
+- **Error details.** `google/rpc/status.proto` and `google/rpc/error_details.proto` are vendored under
+  `proto/third_party/` (import root `proto/third_party`), unchanged, with their source and licence in
+  its README: decode the `grpc-status-details-bin` trailer as a `google.rpc.Status`, whose `details`
+  hold the `ErrorInfo`, `BadRequest` and `RetryInfo` messages.
+- **Reflection.** Both `grpc.reflection.v1` and `grpc.reflection.v1alpha` are served, from a descriptor
+  set with source info (`proto/jobs/v1/descriptor_set.binpb`, written by `make generate`), so `grpcurl
+  describe jobs.v1.JobService.SubmitJob` prints the comments below.
+- **Compatibility.** `make lint` runs `buf lint` (STANDARD and COMMENTS rules) and `buf breaking` (FILE
+  rules: what breaks generated code in any language, not only the wire) against the last release's
+  commit, recorded in `scripts/check_protos.sh`. `buf.yaml` lists each exception with its reason: the
+  RPCs that return a `Job` or `JobResult` itself keep doing so, since renaming or wrapping those
+  responses would break every existing caller.
+- **A second-language client** runs in the tests: `tests/node_client/jobs_client.mjs` (`@grpc/grpc-js`
+  and `@grpc/proto-loader` on the protos alone) submits, watches and reads a result against the real
+  processes.
 """
 
 
@@ -111,7 +132,7 @@ def render(files: list[descriptor_pb2.FileDescriptorProto]) -> str:
 
 def _service(file, service, comments: Comments, path: tuple[int, ...]) -> str:
     lines = [f"### {PACKAGE}.{service.name}\n", f"Defined in `proto/{file.name}`."]
-    about = " ".join(filter(None, [comments(_FILE_PACKAGE), comments(*path)]))
+    about = comments(*path) or comments(_FILE_PACKAGE)
     if about:
         lines.append(f" {about}")
     lines.append("\n\n| RPC | request | response | what it does |\n|---|---|---|---|\n")

@@ -1,4 +1,5 @@
-"""The committed stubs in proto/jobs/v1 are exactly what `make generate` produces from the .proto files."""
+"""The committed stubs and descriptor set in proto/jobs/v1 are exactly what `make generate` produces from
+the .proto files."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STUB_DIR = REPO_ROOT / "proto" / "jobs" / "v1"
-GENERATED_PATTERNS = ("*_pb2.py", "*_pb2.pyi", "*_pb2_grpc.py")
+GENERATED_PATTERNS = ("*_pb2.py", "*_pb2.pyi", "*_pb2_grpc.py", "*.binpb")
 
 pytestmark = pytest.mark.timeout(60)
 

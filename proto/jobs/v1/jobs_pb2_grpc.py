@@ -26,7 +26,10 @@ if _version_not_supported:
 
 
 class JobServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """What tenant callers use: submit jobs, follow them, read their results, cancel or retry them. Every
+    call needs a tenant's bearer token; the tenant comes from the token, never from a field, and a call
+    sees only that tenant's jobs.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -87,7 +90,10 @@ class JobServiceStub:
 
 
 class JobServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """What tenant callers use: submit jobs, follow them, read their results, cancel or retry them. Every
+    call needs a tenant's bearer token; the tenant comes from the token, never from a field, and a call
+    sees only that tenant's jobs.
+    """
 
     def SubmitJob(self, request, context):
         """Answers OK only after the job is committed. UNAVAILABLE or DEADLINE_EXCEEDED may come after the
@@ -120,8 +126,9 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CancelJob(self, request, context):
-        """PENDING, BLOCKED or RETRY_WAIT: CANCELLED at once. RUNNING: cancel_requested is set, the worker
-        stops at its next heartbeat and a late completion is refused. Terminal: FAILED_PRECONDITION.
+        """PENDING, BLOCKED or RETRY_WAIT: CANCELLED at once. RUNNING: cancel_requested is set, a running job
+        stops within milliseconds, by notification, and a late completion is refused. Terminal:
+        FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -226,7 +233,10 @@ def add_JobServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class JobService:
-    """Missing associated documentation comment in .proto file."""
+    """What tenant callers use: submit jobs, follow them, read their results, cancel or retry them. Every
+    call needs a tenant's bearer token; the tenant comes from the token, never from a field, and a call
+    sees only that tenant's jobs.
+    """
 
     @staticmethod
     def SubmitJob(request,

@@ -26,7 +26,11 @@ if _version_not_supported:
 
 
 class WorkerServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """What worker replicas report through; every call needs a worker's bearer token. Workers claim rows
+    from PostgreSQL themselves; every report names the job and its lease's fencing token, and the API
+    checks the token in the same SQL statement that writes. A stale report is refused with
+    FAILED_PRECONDITION (ErrorInfo LEASE_LOST, JOB_CANCELLED or JOB_SUPERSEDED) and changes nothing.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -62,7 +66,11 @@ class WorkerServiceStub:
 
 
 class WorkerServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """What worker replicas report through; every call needs a worker's bearer token. Workers claim rows
+    from PostgreSQL themselves; every report names the job and its lease's fencing token, and the API
+    checks the token in the same SQL statement that writes. A stale report is refused with
+    FAILED_PRECONDITION (ErrorInfo LEASE_LOST, JOB_CANCELLED or JOB_SUPERSEDED) and changes nothing.
+    """
 
     def Heartbeat(self, request, context):
         """Extends many leases in one call and says, per lease, whether it is still held and whether a cancel
@@ -138,7 +146,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class WorkerService:
-    """Missing associated documentation comment in .proto file."""
+    """What worker replicas report through; every call needs a worker's bearer token. Workers claim rows
+    from PostgreSQL themselves; every report names the job and its lease's fencing token, and the API
+    checks the token in the same SQL statement that writes. A stale report is refused with
+    FAILED_PRECONDITION (ErrorInfo LEASE_LOST, JOB_CANCELLED or JOB_SUPERSEDED) and changes nothing.
+    """
 
     @staticmethod
     def Heartbeat(request,
