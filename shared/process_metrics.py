@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from prometheus_client import CollectorRegistry, GCCollector, Gauge, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry, Gauge, GCCollector, PlatformCollector, ProcessCollector
 
 DISTRIBUTION_NAME = "durable-jobs"
 VERSION_UNKNOWN = "unknown"
