@@ -27,6 +27,7 @@ from shared.domain.jobs import (
     PageCursor,
     ReportOutcome,
 )
+from shared.domain.trace_context import TraceContext, trace_context_from_headers
 
 _STATE_TO_PROTO = {state: jobs_pb2.JobState.Value(f"JOB_STATE_{state.name}") for state in JobState}
 _STATE_FROM_PROTO = {number: state for state, number in _STATE_TO_PROTO.items()}
@@ -62,7 +63,15 @@ def state_to_proto(state: JobState) -> int:
     return _STATE_TO_PROTO[state]
 
 
-def new_job_from_proto(request: jobs_pb2.SubmitJobRequest, prefix: str = "") -> NewJob:
+def trace_context_from_metadata(metadata) -> TraceContext | None:
+    """W3C trace context from the call's metadata, where OpenTelemetry's gRPC instrumentation (or any
+    W3C propagator) puts it; malformed headers are ignored (shared/domain/trace_context.py)."""
+    return trace_context_from_headers([(key, value) for key, value in metadata or () if isinstance(value, str)])
+
+
+def new_job_from_proto(
+    request: jobs_pb2.SubmitJobRequest, prefix: str = "", trace_context: TraceContext | None = None
+) -> NewJob:
     """Unvalidated: the use-case checks every field against the limits."""
     return NewJob(
         kind=request.kind,
@@ -77,6 +86,7 @@ def new_job_from_proto(request: jobs_pb2.SubmitJobRequest, prefix: str = "") -> 
         depends_on=tuple(JobId(d) for d in request.depends_on),
         labels=dict(request.labels),
         dedupe_by_input=request.dedupe_by_input,
+        trace_context=trace_context,
     )
 
 

@@ -36,13 +36,15 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     async def SubmitJob(self, request, context):
         await self._admission.admit(_tenant(), 1)
+        trace = convert.trace_context_from_metadata(context.invocation_metadata())
         outcome = await self._submissions.submit(
-            _tenant(), current_principal().name, convert.new_job_from_proto(request)
+            _tenant(), current_principal().name, convert.new_job_from_proto(request, trace_context=trace)
         )
         return jobs_pb2.SubmitJobResponse(job=convert.job_to_proto(outcome.job), created=outcome.created)
 
     async def SubmitJobs(self, request, context):
-        jobs = [convert.new_job_from_proto(item, f"jobs[{i}].") for i, item in enumerate(request.jobs)]
+        trace = convert.trace_context_from_metadata(context.invocation_metadata())
+        jobs = [convert.new_job_from_proto(item, f"jobs[{i}].", trace) for i, item in enumerate(request.jobs)]
         await self._admission.admit(_tenant(), len(jobs))
         outcomes = await self._submissions.submit_many(_tenant(), current_principal().name, jobs)
         return jobs_pb2.SubmitJobsResponse(

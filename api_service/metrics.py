@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from api_service.queue_gauges import QueueGaugeCollector
-from shared.domain.jobs import ReportOutcome
+from shared.domain.jobs import ReportOutcome, SubmitOutcome
+from shared.metric_labels import TENANT_LIMIT_DEFAULT, TenantLabeler
 from shared.pool_metrics import PoolStatsCollector
+from shared.process_metrics import register_process_metrics
 
 RPC_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -54,6 +56,27 @@ class ReportMetrics:
 
     def rejected(self, outcome: ReportOutcome) -> None:
         self.fenced_rejections.labels(outcome.name).inc()
+
+
+class SubmissionMetrics:
+    """Arrivals: jobs a submission created, counted once it committed. A replayed idempotent
+    submission, or one attached to an identical job (dedupe by input), created nothing and counts
+    nothing. The tenant label is bounded like the workers' counters (shared/metric_labels.py)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, tenant_limit: int = TENANT_LIMIT_DEFAULT) -> None:
+        self.registry = registry = registry or CollectorRegistry()
+        self._tenant_label = TenantLabeler(tenant_limit)
+        self.submitted = Counter(
+            "jobs_submitted_total",
+            "Jobs accepted as new (committed); replays of an idempotency key and dedupe attachments are not.",
+            ["tenant", "kind"],
+            registry=registry,
+        )
+
+    def count_created(self, outcomes: Sequence[SubmitOutcome]) -> None:
+        for outcome in outcomes:
+            if outcome.created:
+                self.submitted.labels(self._tenant_label(outcome.job.tenant), outcome.job.kind).inc()
 
 
 class ResultCacheMetrics:
@@ -111,9 +134,11 @@ class ResultCacheMetrics:
 
 
 class ApiMetrics:
-    def __init__(self) -> None:
+    def __init__(self, tenant_limit: int = TENANT_LIMIT_DEFAULT) -> None:
         self.registry = CollectorRegistry()
+        register_process_metrics(self.registry, "api")
         self.rpc = RpcMetrics(self.registry)
+        self.submissions = SubmissionMetrics(self.registry, tenant_limit)
         self.reports = ReportMetrics(self.registry)
         self.result_cache = ResultCacheMetrics(self.registry)
         self.queue = QueueGaugeCollector()

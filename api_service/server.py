@@ -57,7 +57,7 @@ async def serve(settings: ApiSettings) -> None:
     registry = load_registry(settings.handler_modules)
     principals = PrincipalsFile(settings.tokens_file)
     tls = ReloadableServerCredentials(settings.tls) if settings.tls else None
-    metrics = ApiMetrics()
+    metrics = ApiMetrics(settings.metrics_tenant_limit)
     db = await Database.open(
         PoolSettings(
             settings.database_url,
@@ -79,7 +79,13 @@ async def serve(settings: ApiSettings) -> None:
     hub = JobChangeHub(settings.database_url)
     jobs_pb2_grpc.add_JobServiceServicer_to_server(
         JobServicer(
-            SubmissionService(db, registry, settings.limits, dedupe_window_seconds=settings.dedupe_window_seconds),
+            SubmissionService(
+                db,
+                registry,
+                settings.limits,
+                dedupe_window_seconds=settings.dedupe_window_seconds,
+                metrics=metrics.submissions,
+            ),
             JobQueries(db, ResultCache(settings.result_cache, metrics.result_cache)),
             JobLifecycle(db),
             JobWatch(db, hub, max_streams=settings.max_watch_streams),

@@ -10,6 +10,7 @@ import time
 from shared.handlers import HandlerRegistry, JobContext, RetryableError
 
 HANG_SECONDS = 6
+TRACED_KIND = "traced"
 
 
 def register(registry: HandlerRegistry) -> None:
@@ -20,6 +21,7 @@ def register(registry: HandlerRegistry) -> None:
     registry.register("slow.internal", timeout_seconds=0.5, max_attempts=2, backoff_base_seconds=0.1)(slow)
     registry.register("crash.once", backoff_base_seconds=0.1)(crash_once)
     registry.register("quick.flaky", max_attempts=3, backoff_base_seconds=0.1)(quick_flaky)
+    registry.register(TRACED_KIND, max_attempts=3, backoff_base_seconds=0.1)(traced)
 
 
 async def poison_exit(ctx: JobContext) -> bytes:
@@ -62,3 +64,11 @@ async def quick_flaky(ctx: JobContext) -> bytes:
     if ctx.attempt <= spec.get("fail_times", 0):
         raise RetryableError(f"attempt {ctx.attempt} failed")
     return ctx.payload
+
+
+async def traced(ctx: JobContext) -> bytes:
+    """Fails its first `fail_times` attempts, then answers with the trace context it was handed."""
+    spec = json.loads(ctx.payload or b"{}")
+    if ctx.attempt <= spec.get("fail_times", 0):
+        raise RetryableError(f"attempt {ctx.attempt} failed")
+    return json.dumps({"traceparent": ctx.traceparent, "tracestate": ctx.tracestate}).encode()

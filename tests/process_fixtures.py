@@ -193,11 +193,11 @@ class ServiceStack:
         )
         return process
 
-    def start_worker(self, name: str, **env: str) -> ServiceProcess:
-        """Starts a worker replica and waits until it has announced itself."""
+    def start_worker(self, name: str, module: str = "worker_service", **env: str) -> ServiceProcess:
+        """Starts a worker replica (`python -m module`) and waits until it has announced itself."""
         process = self._spawn(
             name,
-            "worker_service",
+            module,
             {
                 "JOBS_API_TARGET": self.api_target,
                 "JOBS_WORKER_TOKEN": WORKER_TOKEN,

@@ -161,6 +161,8 @@ CREATE TABLE public.jobs (
     transition_reason text DEFAULT ''::text NOT NULL,
     retry_budget integer NOT NULL,
     input_digest bytea,
+    traceparent text,
+    tracestate text,
     CONSTRAINT jobs_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT jobs_backoff_base_seconds_check CHECK ((backoff_base_seconds >= (0)::double precision)),
     CONSTRAINT jobs_backoff_cap_seconds_check CHECK ((backoff_cap_seconds >= (0)::double precision)),
@@ -195,6 +197,12 @@ ALTER TABLE ONLY public.job_results
 
 ALTER TABLE ONLY public.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (job_id);
+
+ALTER TABLE public.jobs
+    ADD CONSTRAINT jobs_traceparent_w3c CHECK ((traceparent ~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'::text)) NOT VALID;
+
+ALTER TABLE public.jobs
+    ADD CONSTRAINT jobs_tracestate_bounded CHECK (((tracestate IS NULL) OR ((traceparent IS NOT NULL) AND (length(tracestate) <= 512)))) NOT VALID;
 
 ALTER TABLE ONLY public.resource_heads
     ADD CONSTRAINT resource_heads_pkey PRIMARY KEY (tenant, resource_key);

@@ -21,10 +21,13 @@ REQUIRED_PANELS = (
     "Oldest runnable wait",
     "Retry rate by tenant",
     "Throughput",
+    "Arrivals and claims by kind",
     "Queue wait percentiles",
     "Execution time percentiles",
     "Failures by category",
     "Fenced rejections and lost leases",
+    "Resident memory by process",
+    "Versions running",
 )
 
 

@@ -132,6 +132,11 @@ def _unfinished(database_url: str) -> int:
         return conn.execute("SELECT count(*) FROM jobs WHERE state NOT IN ('succeeded', 'failed')").fetchone()[0]
 
 
+def _jobs_by_tenant(database_url: str) -> dict[str, float]:
+    with psycopg.connect(database_url) as conn:
+        return {tenant: float(n) for tenant, n in conn.execute("SELECT tenant, count(*) FROM jobs GROUP BY 1")}
+
+
 def _warm_up(stack: ServiceStack, workers: list[ServiceProcess], prometheus: PrometheusServer) -> None:
     """rate() cannot see what a counter counted before its first scrape, so every worker's flaky series
     of both tenants must exist (and be scraped) before the measured jobs start."""
@@ -199,6 +204,20 @@ def test_prometheus_ranks_the_tenant_with_more_retries_first(service_stack: Serv
     assert {s["metric"]["job"] for s in prometheus.query("jobs_metrics_snapshot_age_seconds")} == {"jobs-api"}
     assert prometheus.query("jobs_queue_depth") == [], "no job is open any more"
     assert prometheus.values_by("tenant_kind:jobs_recently_failed:max", "tenant") == {}
+
+    # Arrivals: every job row, counted once by the API that accepted it.
+    stored = _jobs_by_tenant(service_stack.database_url)
+    wait_until(
+        lambda: prometheus.values_by("sum by (tenant) (jobs_submitted_total)", "tenant") == stored,
+        timeout=15,
+        interval=0.2,
+        what=f"prometheus to count the {stored} stored jobs as arrivals",
+    )
+    builds = prometheus.query("jobs_build_info")
+    assert sorted(s["metric"]["component"] for s in builds) == ["api", "worker", "worker"], builds
+    memory = prometheus.values_by("process_resident_memory_bytes", "instance")
+    assert len(memory) == 3 and all(value > 0 for value in memory.values()), memory
+    assert prometheus.query('ALERTS{alertname="JobsWorkersAbsent"}') == []
 
     # Shown with -s (or -rP): what the note quotes as the scrape excerpt and the query result.
     print(f"\nprometheus query sort_desc({RETRY_RATE_RULE}): {ranked}")

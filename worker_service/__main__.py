@@ -18,6 +18,7 @@ from shared.storage.database import Database, PoolSettings
 from worker_service.api_client import ApiClient, CredentialRejected
 from worker_service.metrics import WorkerMetrics
 from worker_service.settings import WorkerSettings
+from worker_service.tracing import TRACING_AVAILABLE
 from worker_service.worker import Worker
 
 log = logging.getLogger("worker_service")
@@ -45,6 +46,7 @@ async def run(settings: WorkerSettings) -> None:
         settings.lease_seconds,
         ", ".join(sorted(registry.kinds())),
     )
+    log.info("attempt spans: %s", "on (opentelemetry-api)" if TRACING_AVAILABLE else "off (opentelemetry-api absent)")
     try:
         await Worker(settings, registry, db, api, metrics).run(stop)
     finally:

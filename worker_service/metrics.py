@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from shared.metric_labels import TenantLabeler
 from shared.pool_metrics import PoolStatsCollector
+from shared.process_metrics import register_process_metrics
 
 SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 
@@ -15,6 +16,7 @@ SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 class WorkerMetrics:
     def __init__(self, tenant_limit: int) -> None:
         self.registry = r = CollectorRegistry()
+        register_process_metrics(r, "worker")
         self._children: dict[tuple, object] = {}
         self.tenant_label = TenantLabeler(tenant_limit)
         self.claimed = Counter("jobs_claimed_total", "Jobs claimed (attempts started).", ["tenant", "kind"], registry=r)

@@ -21,6 +21,7 @@ from worker_service.completion_batcher import CompletionBatcher
 from worker_service.metrics import WorkerMetrics
 from worker_service.receipt_book import DatabaseReceiptBook
 from worker_service.settings import WorkerSettings
+from worker_service.tracing import NO_SPAN, AttemptSpan, AttemptTracer
 
 log = logging.getLogger(__name__)
 RELEASE_DEADLINE_SECONDS = 5.0
@@ -56,6 +57,7 @@ class ActiveJob:
     # Once the handler returned, the report goes out whatever the heartbeats say: fencing decides.
     reporting: bool = False
     log_fields: dict = field(default_factory=dict)
+    span: AttemptSpan = NO_SPAN
 
     @property
     def lease(self) -> LeaseRef:
@@ -70,8 +72,10 @@ class Worker:
         db: Database,
         api: ApiClient,
         metrics: WorkerMetrics,
+        tracer: AttemptTracer | None = None,
     ) -> None:
         self._settings = settings
+        self._tracer = tracer or AttemptTracer()
         self._registry = registry
         self._db = db
         self._api = api
@@ -191,6 +195,8 @@ class Worker:
             max_attempts=job.max_attempts,
             fencing_token=job.fencing_token,
             receipt_book=DatabaseReceiptBook(self._db, LeaseRef(job.job_id, job.fencing_token)),
+            traceparent=job.trace_context.traceparent if job.trace_context else None,
+            tracestate=job.trace_context.tracestate if job.trace_context else None,
         )
         active = ActiveJob(
             claimed=job,
@@ -213,7 +219,8 @@ class Worker:
 
     async def _run(self, active: ActiveJob) -> None:
         try:
-            await self._execute_and_report(active)
+            with self._tracer.attempt(active.claimed) as active.span:
+                await self._execute_and_report(active)
         except Exception:  # noqa: BLE001 - one job's bug must not stop the replica
             log.exception("job runner failed", extra=active.log_fields)
         finally:
@@ -226,7 +233,7 @@ class Worker:
         spec = self._registry.get(job.kind)
         started = time.monotonic()
         try:
-            result = await self._invoke(spec, active.context)
+            result = await active.span.record(self._invoke(spec, active.context))
             error = None
         except asyncio.CancelledError:
             if active.stop_reason is None:
@@ -238,6 +245,7 @@ class Worker:
         except LeaseLost:
             # A receipt write found the lease gone: the job belongs to a newer attempt now.
             active.stop_reason = StopReason.LEASE_LOST
+            active.span.stopped(StopReason.LEASE_LOST.value)
             await self._after_stop(active)
             return
         except HandlerError as exc:
@@ -247,6 +255,8 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - unclassified failures are retryable by contract
             error = _unclassified(exc, active.context)
         self._metrics.observe_execution(job.kind, time.monotonic() - started)
+        if error is not None:
+            active.span.failed(error)
         active.reporting = True
         self.wake()  # the slot is free for the next claim
         if error is None:
@@ -346,6 +356,7 @@ class Worker:
         if active.reporting or active.stop_reason is not None or active.task is None:
             return
         active.stop_reason = reason
+        active.span.stopped(reason.value)
         active.context.stop_requested.set()
         active.task.cancel()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from api_service.metrics import SubmissionMetrics
 from api_service.usecases.group_commit import GroupCommitter
 from shared.domain.errors import AlreadyExists, FieldViolation, InvalidArgument, JobsError, Unavailable
 from shared.domain.idempotency import input_digest, request_digest
@@ -31,8 +32,10 @@ class SubmissionService:
         limits: SubmissionLimits,
         *,
         dedupe_window_seconds: float = DEDUPE_WINDOW_SECONDS_DEFAULT,
+        metrics: SubmissionMetrics | None = None,
     ) -> None:
         self._db = db
+        self._metrics = metrics or SubmissionMetrics()
         self._registry = registry
         self._limits = limits
         self._dedupe_window_seconds = dedupe_window_seconds
@@ -43,6 +46,7 @@ class SubmissionService:
         validate_new_job(job, limits=self._limits, known_kinds=self._registry.kinds())
         outcome, superseded = await self._group.run((tenant, actor, job))
         _log_committed(actor, [(outcome, superseded)])
+        self._metrics.count_created([outcome])
         return outcome
 
     async def submit_many(self, tenant: TenantId, actor: str, jobs: Sequence[NewJob]) -> list[SubmitOutcome]:
@@ -66,7 +70,9 @@ class SubmissionService:
                     submitted[index] = await self._submit_one(conn, tenant, actor, job, f"jobs[{index}].")
         ordered = [submitted[i] for i in range(len(jobs))]
         _log_committed(actor, ordered)
-        return [outcome for outcome, _ in ordered]
+        outcomes = [outcome for outcome, _ in ordered]
+        self._metrics.count_created(outcomes)
+        return outcomes
 
     async def _submit_group(self, conn: Connection, requests: Sequence[_Request]) -> list[_Submitted | JobsError]:
         """One group-commit transaction: plain submissions of one caller go in one statement each. The

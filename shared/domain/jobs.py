@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from shared.domain.ids import FencingToken, JobId, TenantId
+from shared.domain.trace_context import TraceContext
 
 
 class JobState(enum.StrEnum):
@@ -65,6 +66,8 @@ class NewJob:
     depends_on: tuple[JobId, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     dedupe_by_input: bool = False
+    # From the request's metadata, not its fields: not part of the request an idempotency key names.
+    trace_context: TraceContext | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,8 @@ class ClaimedJob:
     created_at: datetime
     queued_since: datetime
     claimed_at: datetime
+    # The submitter's trace, which the attempt's span continues.
+    trace_context: TraceContext | None = None
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,11 @@ class JobContext:
     # Set when the job should stop early (cancel requested, superseded); the task is also cancelled.
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     receipt_book: ReceiptBook | None = None
+    # The W3C trace context the job was submitted with (None: the submitter sent none), for handlers
+    # that pass it on or log it themselves. With OpenTelemetry installed the attempt's span is the
+    # current span while the handler runs, so instrumented libraries nest under it on their own.
+    traceparent: str | None = None
+    tracestate: str | None = None
     _unconfirmed: set[str] = field(default_factory=set)
 
     async def record_intent(self, step: str, intent: bytes = b"") -> None:

@@ -99,6 +99,8 @@ async def insert_job(conn: Connection, new: NewJob, params: InsertParams) -> Job
             "error_category": params.error.category.value if params.error else None,
             "error_message": params.error.message if params.error else None,
             "reason": params.reason,
+            "traceparent": new.trace_context.traceparent if new.trace_context else None,
+            "tracestate": new.trace_context.tracestate if new.trace_context else None,
         },
     )
     row = await cur.fetchone()
@@ -133,6 +135,8 @@ async def insert_many(conn: Connection, tenant: TenantId, actor: str, items: Seq
             "backoff_bases": [i.backoff_base_seconds for i in items],
             "backoff_caps": [i.backoff_cap_seconds for i in items],
             "labels": [Jsonb(i.job.labels) if i.job.labels else None for i in items],
+            "traceparents": [i.job.trace_context.traceparent if i.job.trace_context else None for i in items],
+            "tracestates": [i.job.trace_context.tracestate if i.job.trace_context else None for i in items],
         },
     )
     by_id = {row["job_id"]: job_from_row(row) for row in await cur.fetchall()}

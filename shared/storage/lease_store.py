@@ -19,6 +19,7 @@ from shared.domain.jobs import (
     ReportOutcome,
     refusal_outcome,
 )
+from shared.domain.trace_context import TraceContext
 from shared.storage import queries
 from shared.storage.database import Connection
 
@@ -55,6 +56,7 @@ async def claim_batch(
             created_at=row["created_at"],
             queued_since=row["queued_since"],
             claimed_at=row["claimed_at"],
+            trace_context=TraceContext(row["traceparent"], row["tracestate"]) if row["traceparent"] else None,
         )
         for row in await cur.fetchall()
     ]

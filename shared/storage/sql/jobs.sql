@@ -6,13 +6,15 @@
 INSERT INTO jobs (tenant, kind, state, payload, priority, run_after, deadline, max_attempts, retry_budget,
                   backoff_base_seconds, backoff_cap_seconds, idempotency_key, request_digest, input_digest,
                   resource_key, resource_version, depends_on, labels, finished_at,
-                  last_error_category, last_error_message, transition_actor, transition_reason)
+                  last_error_category, last_error_message, transition_actor, transition_reason,
+                  traceparent, tracestate)
 VALUES (%(tenant)s, %(kind)s, %(state)s::job_state, %(payload)s, %(priority)s,
         coalesce(%(run_after)s::timestamptz, clock_timestamp()), %(deadline)s::timestamptz, %(max_attempts)s,
         %(max_attempts)s, %(backoff_base_seconds)s, %(backoff_cap_seconds)s, %(idempotency_key)s,
         %(request_digest)s, %(input_digest)s, %(resource_key)s, %(resource_version)s, %(depends_on)s::uuid[], %(labels)s::jsonb,
         CASE WHEN %(state)s::job_state IN ('failed', 'superseded') THEN clock_timestamp() END,
-        %(error_category)s::error_category, %(error_message)s, %(actor)s, %(reason)s)
+        %(error_category)s::error_category, %(error_message)s, %(actor)s, %(reason)s,
+        %(traceparent)s, %(tracestate)s)
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
           finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
@@ -21,14 +23,17 @@ RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created
 -- name: job_insert_many
 -- Stores many plain submissions (no key, resource or dependencies) of one tenant in one statement.
 INSERT INTO jobs (job_id, tenant, kind, state, payload, priority, run_after, deadline, max_attempts, retry_budget,
-                  backoff_base_seconds, backoff_cap_seconds, labels, transition_actor, transition_reason)
+                  backoff_base_seconds, backoff_cap_seconds, labels, transition_actor, transition_reason,
+                  traceparent, tracestate)
 SELECT s.job_id, %(tenant)s, s.kind, 'pending', s.payload, s.priority, coalesce(s.run_after, clock_timestamp()),
        s.deadline, s.max_attempts, s.max_attempts, s.backoff_base, s.backoff_cap, coalesce(s.labels, '{}'),
-       %(actor)s, 'submitted'
+       %(actor)s, 'submitted', s.traceparent, s.tracestate
 FROM unnest(%(job_ids)s::uuid[], %(kinds)s::text[], %(payloads)s::bytea[], %(priorities)s::integer[],
             %(run_afters)s::timestamptz[], %(deadlines)s::timestamptz[], %(max_attempts)s::integer[],
-            %(backoff_bases)s::double precision[], %(backoff_caps)s::double precision[], %(labels)s::jsonb[])
-     AS s(job_id, kind, payload, priority, run_after, deadline, max_attempts, backoff_base, backoff_cap, labels)
+            %(backoff_bases)s::double precision[], %(backoff_caps)s::double precision[], %(labels)s::jsonb[],
+            %(traceparents)s::text[], %(tracestates)s::text[])
+     AS s(job_id, kind, payload, priority, run_after, deadline, max_attempts, backoff_base, backoff_cap, labels,
+          traceparent, tracestate)
 RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
           finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
           resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
@@ -140,7 +145,7 @@ FROM candidates AS c
 WHERE j.job_id = c.job_id
 RETURNING j.job_id, j.tenant, j.kind, j.payload, j.attempts, j.max_attempts, j.fencing_token,
           j.lease_expires_at, j.created_at, greatest(j.run_after, j.created_at) AS queued_since,
-          j.started_at AS claimed_at;
+          j.started_at AS claimed_at, j.traceparent, j.tracestate;
 
 -- name: job_rescue_expired
 -- Ends leases that ran out: retry after a backoff, or FAILED / CANCELLED when no attempt may follow.

@@ -1,0 +1,125 @@
+"""Each attempt as an OpenTelemetry span, when opentelemetry-api is installed (the `tracing` extra).
+
+Following the messaging semantic conventions for a consumer's "process" span: kind CONSUMER, named
+`process <kind>`. The first attempt is a child of the submitter's span (the `traceparent` stored with
+the job), so the trace shows the work the call caused. A later attempt starts a trace of its own and
+links to the submitter's span: a retry is not part of the call that submitted the job, and hours of
+backoff inside one trace would distort it. Without the package every method here does nothing.
+
+Spans go to the global tracer provider unless one is passed: configure it as OpenTelemetry's
+documentation says (`opentelemetry-instrument python -m worker_service`, or in a handler module).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Iterator
+from typing import Any
+
+from shared.domain.jobs import ClaimedJob, JobError
+from shared.domain.trace_context import TRACEPARENT_HEADER, TRACESTATE_HEADER, TraceContext
+from shared.process_metrics import installed_version
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ImportError:  # the tracing extra is not installed: attempts run untraced
+    trace = None  # type: ignore[assignment]
+
+TRACING_AVAILABLE = trace is not None
+TRACER_NAME = "worker_service"
+# Not one of the conventions' well-known systems; the conventions ask for a custom value then.
+MESSAGING_SYSTEM = "durable_jobs"
+OPERATION = "process"
+
+
+class AttemptSpan:
+    """What the worker tells the span of one attempt; without OpenTelemetry, nothing happens."""
+
+    def __init__(self, span: Any = None) -> None:
+        self._span = span
+
+    async def record(self, invocation: Awaitable[bytes]) -> bytes:
+        """Awaits the handler, recording an exception it raises (with its stack) as a span event."""
+        try:
+            return await invocation
+        except Exception as exc:
+            if self._span is not None:
+                self._span.record_exception(exc)
+            raise
+
+    def failed(self, error: JobError) -> None:
+        if self._span is not None:
+            self._span.set_attribute("error.type", error.category.value)
+            self._span.set_status(trace.Status(trace.StatusCode.ERROR, error.message[:200]))
+
+    def stopped(self, reason: str) -> None:
+        """The attempt ended without a result of its own: cancelled, superseded, lease lost, shutdown."""
+        if self._span is not None:
+            self._span.set_attribute("jobs.stop_reason", reason)
+
+
+NO_SPAN = AttemptSpan()
+
+
+class AttemptTracer:
+    def __init__(self, tracer_provider: Any = None) -> None:
+        self._tracer = (
+            trace.get_tracer(TRACER_NAME, installed_version(), tracer_provider=tracer_provider)
+            if TRACING_AVAILABLE
+            else None
+        )
+
+    @contextlib.contextmanager
+    def attempt(self, job: ClaimedJob) -> Iterator[AttemptSpan]:
+        """The attempt's span, current for the code run inside (the handler's own spans nest in it)."""
+        if self._tracer is None:
+            yield NO_SPAN
+            return
+        submitter = _span_context(job.trace_context)
+        # Always from an empty context: whatever span is current in the claim loop is not the parent.
+        parent = otel_context.Context()
+        links = []
+        if submitter is not None and job.attempt <= 1:
+            parent = trace.set_span_in_context(trace.NonRecordingSpan(submitter), parent)
+        elif submitter is not None:
+            links.append(trace.Link(submitter, {"jobs.link": "submitted_by"}))
+        with self._tracer.start_as_current_span(
+            f"{OPERATION} {job.kind}",
+            context=parent,
+            kind=trace.SpanKind.CONSUMER,
+            links=links,
+            attributes=_attributes(job),
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            yield AttemptSpan(span)
+
+
+def _span_context(trace_context: TraceContext | None) -> Any:
+    """The submitter's span as a remote span context, or None."""
+    if trace_context is None:
+        return None
+    carrier = {TRACEPARENT_HEADER: trace_context.traceparent}
+    if trace_context.tracestate:
+        carrier[TRACESTATE_HEADER] = trace_context.tracestate
+    extracted = TraceContextTextMapPropagator().extract(carrier)
+    span_context = trace.get_current_span(extracted).get_span_context()
+    return span_context if span_context.is_valid else None
+
+
+def _attributes(job: ClaimedJob) -> dict[str, str | int]:
+    return {
+        "messaging.system": MESSAGING_SYSTEM,
+        "messaging.operation.type": OPERATION,
+        "messaging.operation.name": OPERATION,
+        "messaging.destination.name": job.kind,
+        "messaging.message.id": job.job_id,
+        "jobs.job_id": job.job_id,
+        "jobs.kind": job.kind,
+        "jobs.attempt": job.attempt,
+        "jobs.max_attempts": job.max_attempts,
+        "jobs.tenant": job.tenant,
+        "jobs.fencing_token": job.fencing_token,
+    }
