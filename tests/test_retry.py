@@ -4,22 +4,25 @@ a duplicate effect, which no detour through another state can skip."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
 
+from api_service.usecases.job_queries import JobQueries
 from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
-from shared.domain.errors import FailedPrecondition
-from shared.domain.ids import FencingToken, JobId
+from shared.domain.errors import FailedPrecondition, NotFound
+from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import ClaimedJob, Completion, ErrorCategory, JobError, JobState, LeaseRef
 from shared.domain.submission_rules import SubmissionLimits
 from shared.handlers.loader import load_registry
 from shared.storage import receipt_store
-from shared.storage.database import Database
+from shared.storage.database import Database, PoolSettings
 from tests import factories
 from tests.conditions import wait_until
+from tests.database_roles import ServiceLogins
 from tests.db_fixtures import POOL_APPLICATION_NAME
 
 pytestmark = pytest.mark.timeout(30)
@@ -268,3 +271,46 @@ async def test_a_job_that_failed_or_was_cancelled_with_every_call_confirmed_need
     for job_id in (failed.job_id, cancelled.job_id):
         reopened = await lifecycle.retry(TENANT, ACTOR, job_id, "again", accept_duplicate_risk=False)
         assert reopened.state is JobState.PENDING
+
+
+# As the API's database role, behind row-level security.
+
+
+@pytest.fixture
+async def api_db(database_url: str, service_logins: ServiceLogins) -> AsyncIterator[Database]:
+    db = await Database.open(
+        PoolSettings(ServiceLogins.url(database_url, service_logins.api), max_size=2, application_name="jobs-api"),
+        wait=True,
+    )
+    try:
+        yield db
+    finally:
+        await db.close()
+
+
+async def test_the_retry_checks_run_as_jobs_api_and_see_only_the_tenants_rows(db, api_db, reports):
+    service = SubmissionService(api_db, load_registry(()), SubmissionLimits())
+    lifecycle = JobLifecycle(api_db)
+    dependency = (await service.submit(TENANT, ACTOR, factories.new_job())).job
+    job = (
+        await service.submit(
+            TENANT, ACTOR, factories.new_job(resource_key="doc", resource_version=1, depends_on=(dependency.job_id,))
+        )
+    ).job
+    await factories.set_state(db, dependency.job_id, JobState.SUCCEEDED)
+    claimed = await factories.claim_one(db)
+    assert claimed.job_id == job.job_id
+    async with db.transaction() as conn:
+        assert await receipt_store.record_intent(conn, lease_of(claimed), "charge", b"ch_1")
+    await lifecycle.cancel(TENANT, ACTOR, job.job_id, "stop")
+    await reports.release(WORKER_ID, lease_of(claimed), started=True, reason="cancelled")
+
+    await _refused(
+        lifecycle.retry(TENANT, ACTOR, job.job_id, "again", accept_duplicate_risk=False), "DUPLICATE_RISK_NOT_ACCEPTED"
+    )
+    with pytest.raises(NotFound):
+        await lifecycle.retry(TenantId("tenant-b"), "tenant:tenant-b", job.job_id, "", accept_duplicate_risk=True)
+    reopened = await lifecycle.retry(TENANT, ACTOR, job.job_id, "checked", accept_duplicate_risk=True)
+    assert reopened.state is JobState.PENDING
+    await service.submit(TENANT, ACTOR, factories.new_job(resource_key="doc", resource_version=2))
+    assert (await JobQueries(api_db).get_job(TENANT, job.job_id)).state is JobState.SUPERSEDED
