@@ -163,6 +163,7 @@ CREATE TABLE public.jobs (
     input_digest bytea,
     traceparent text,
     tracestate text,
+    duplicate_risk_accepted_attempt integer,
     CONSTRAINT jobs_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT jobs_backoff_base_seconds_check CHECK ((backoff_base_seconds >= (0)::double precision)),
     CONSTRAINT jobs_backoff_cap_seconds_check CHECK ((backoff_cap_seconds >= (0)::double precision)),
@@ -213,6 +214,8 @@ ALTER TABLE ONLY public.schema_migrations
 CREATE INDEX jobs_blocked_depends_on_idx ON public.jobs USING gin (depends_on) WHERE (state = 'blocked'::public.job_state);
 
 CREATE INDEX jobs_dedupe_input_idx ON public.jobs USING btree (tenant, kind, input_digest, COALESCE(finished_at, 'infinity'::timestamp with time zone)) WHERE ((input_digest IS NOT NULL) AND (state = ANY (ARRAY['pending'::public.job_state, 'blocked'::public.job_state, 'retry_wait'::public.job_state, 'running'::public.job_state, 'succeeded'::public.job_state])));
+
+CREATE INDEX jobs_depends_on_idx ON public.jobs USING gin (depends_on) WHERE (depends_on <> '{}'::uuid[]);
 
 CREATE INDEX jobs_finished_idx ON public.jobs USING btree (finished_at) WHERE (state = ANY (ARRAY['succeeded'::public.job_state, 'failed'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state]));
 

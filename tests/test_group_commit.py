@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -12,7 +14,7 @@ from shared.domain.errors import AlreadyExists, InvalidArgument
 from shared.domain.ids import TenantId
 from shared.domain.submission_rules import SubmissionLimits
 from shared.handlers.loader import load_registry
-from shared.storage.database import Database
+from shared.storage.database import Connection, Database
 from tests import factories
 
 pytestmark = pytest.mark.timeout(30)
@@ -91,3 +93,51 @@ async def test_a_batch_mixes_plain_and_keyed_submissions_in_request_order(servic
     stored = {r["job_id"]: bytes(r["payload"]) for r in sync_db.rows("SELECT job_id::text, payload FROM jobs")}
     assert [stored[o.job.job_id] for o in outcomes] == [j.payload for j in jobs]
     assert outcomes[50].job.idempotency_key == "key-1"
+
+
+class _DatabasePausingAfterCommit(Database):
+    """The test's pool, whose transactions each stop at a gate after their COMMIT: the test decides
+    when a flusher's last transaction ends, and who runs next in that loop turn."""
+
+    def __init__(self, db: Database) -> None:  # the pool is the wrapped one's; nothing else is used
+        self._db = db
+        self.committed = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, tenant: str | None = None) -> AsyncIterator[Connection]:
+        async with self._db.transaction(tenant) as conn:
+            yield conn
+        self.committed.set()
+        await self.gate.wait()
+
+
+async def test_a_submission_queued_as_the_last_flusher_stops_is_still_committed(db):
+    gated = _DatabasePausingAfterCommit(db)
+    committer: GroupCommitter = GroupCommitter(gated, each_alone, flushers=1)
+
+    def select(tag: str):
+        async def work(conn):
+            await conn.execute("SELECT 1")
+            return tag
+
+        return work
+
+    first = asyncio.create_task(committer.run(select("first")))
+    await gated.committed.wait()  # the only flusher committed the first submission and waits at the gate
+    late_is_waiting = asyncio.Event()
+
+    async def submit_late() -> str:
+        late_is_waiting.set()
+        # Woken right after the flusher, in the same loop turn: it queues once the flusher saw an empty
+        # queue and returned, before the loop has run that task's done callbacks.
+        await gated.gate.wait()
+        return await committer.run(select("late"))
+
+    late = asyncio.create_task(submit_late())
+    await late_is_waiting.wait()
+    gated.gate.set()
+
+    async with asyncio.timeout(10):
+        assert await first == "first"
+        assert await asyncio.shield(late) == "late", "the late submission was left in the queue"

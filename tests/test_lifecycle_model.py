@@ -128,6 +128,16 @@ class ModelJob:
     deadline_passed: bool = False
     # (payload, attempt, fencing token) of the stored result.
     result: tuple[bytes, int, int] | None = None
+    # The category of the last recorded error, and the attempt whose unknown outcome a retry accepted.
+    last_category: ErrorCategory | None = None
+    risk_accepted_attempt: int = -1
+
+    @property
+    def duplicate_risk(self) -> bool:
+        """The latest attempt's outcome is unknown and no retry has accepted that yet (the model
+        records no receipts, so only the error category tells)."""
+        unknown = self.last_category is ErrorCategory.OUTCOME_UNKNOWN and self.attempts > self.risk_accepted_attempt
+        return self.state is JobState.OUTCOME_UNKNOWN or unknown
 
 
 class LifecycleMachine(RuleBasedStateMachine):
@@ -179,6 +189,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             if job.state is not B or ended.job_id not in job.depends_on:
                 continue
             if ended.state is not S:
+                job.last_category = ErrorCategory.PERMANENT
                 self.move([job], F)
             elif all(self.jobs[dep].state is S for dep in job.depends_on):
                 job.state = P
@@ -334,6 +345,8 @@ class LifecycleMachine(RuleBasedStateMachine):
             new.resource_key,
             new.resource_version,
         )
+        if expected is F:
+            job.last_category = ErrorCategory.PERMANENT
         self.jobs[job.job_id] = job
         if new.idempotency_key is not None:
             self.keys[new.idempotency_key] = (new, job.job_id)
@@ -449,6 +462,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         expected = self.after_failure(job, category)
         outcome = self.run(call)
         assert outcome.state is expected
+        job.last_category = category
         self.move([job], expected)
 
     @precondition(lambda self: self.with_state(R))
@@ -464,6 +478,8 @@ class LifecycleMachine(RuleBasedStateMachine):
             job.attempts -= 1
         expected = C if job.cancel_requested else F if started and job.attempts >= job.max_attempts else P
         assert self.run(call) is expected
+        if expected is F:
+            job.last_category = ErrorCategory.RETRYABLE
         self.move([job], expected)
 
     @precondition(lambda self: self.with_state(P, B, R, W, U))
@@ -491,13 +507,15 @@ class LifecycleMachine(RuleBasedStateMachine):
         expected = P if all(self.jobs[dep].state is S for dep in job.depends_on) else B
         reopened = self.run(call)
         assert reopened.state is expected
+        if job.duplicate_risk:
+            job.risk_accepted_attempt = job.attempts
         job.state, job.cancel_requested, job.deadline_passed = expected, False, False
         job.max_attempts = job.attempts + job.retry_budget
 
     def retry_refusal(self, job: ModelJob, accept_duplicate_risk: bool) -> str | None:
         if job.state not in (F, C, U):
             return "NOT_RETRYABLE"
-        if job.state is U and not accept_duplicate_risk:
+        if job.duplicate_risk and not accept_duplicate_risk:
             return "DUPLICATE_RISK_NOT_ACCEPTED"
         if job.resource_key and (job.resource_version or 0) < self.heads[job.resource_key]:
             return "NEWER_VERSION_EXISTS"
@@ -517,6 +535,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         expected = C if job.cancel_requested else self.after_failure(job, ErrorCategory.RETRYABLE)
         rescued = self.run(self.sweep(lease_store.rescue_expired_leases))
         assert [(t.job_id, t.state, t.fencing_token) for t in rescued] == [(job.job_id, expected, job.fencing_token)]
+        job.last_category = ErrorCategory.RETRYABLE
         self.move([job], expected)
 
     @precondition(lambda self: self.with_state(P, B, R, W, U))
@@ -531,6 +550,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         overdue = [waiting for waiting in self.with_state(P, B, W) if waiting.deadline_passed]
         failed = self.run(self.sweep(lease_store.fail_past_deadline))
         assert sorted(t.job_id for t in failed) == sorted(waiting.job_id for waiting in overdue)
+        for waiting in overdue:
+            waiting.last_category = ErrorCategory.PERMANENT
         self.move(overdue, F)
 
     async def sweep(self, step: Any) -> list[lease_store.Transition]:
@@ -582,7 +603,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             JobId(str(r["job_id"])): r
             for r in self.probe.rows(
                 "SELECT job_id, state, attempts, max_attempts, fencing_token, cancel_requested, sequence,"
-                " depends_on, lease_expires_at FROM jobs WHERE tenant = %s",
+                " depends_on, lease_expires_at, last_error_category FROM jobs WHERE tenant = %s",
                 (TENANT,),
             )
         }
@@ -595,8 +616,11 @@ class LifecycleMachine(RuleBasedStateMachine):
                 row["max_attempts"],
                 row["fencing_token"],
                 row["cancel_requested"],
+                row["last_error_category"],
             )
-            assert seen == (job.state, job.attempts, job.max_attempts, job.fencing_token, job.cancel_requested), job
+            category = job.last_category.value if job.last_category else None
+            expected = (job.state, job.attempts, job.max_attempts, job.fencing_token, job.cancel_requested, category)
+            assert seen == expected, job
             assert (row["lease_expires_at"] is not None) == (job.state is R), "a lease outlived its running state"
             if job.state is B:
                 assert any(rows[JobId(str(dep))]["state"] != S for dep in row["depends_on"])

@@ -11,7 +11,7 @@ import pytest
 from api_service.usecases.submission import SubmissionService
 from shared.domain.errors import AlreadyExists, InvalidArgument
 from shared.domain.ids import TenantId
-from shared.domain.jobs import JobState
+from shared.domain.jobs import JobState, NewJob
 from shared.domain.submission_rules import SubmissionLimits
 from shared.handlers.loader import load_registry
 from shared.storage.database import Database, PoolSettings
@@ -203,3 +203,72 @@ async def test_a_submitted_job_is_claimable_at_once(service, db):
     claimed = await factories.claim_one(db)
 
     assert claimed.job_id == outcome.job.job_id and outcome.job.state is JobState.PENDING
+
+
+async def test_submit_jobs_with_one_key_for_two_different_requests_names_the_later_item(service, sync_db):
+    batch = [
+        factories.new_job(payload=b"plain"),
+        factories.new_job(idempotency_key="order-7", payload=b"one"),
+        factories.new_job(idempotency_key="order-8"),
+        factories.new_job(idempotency_key="order-7", payload=b"two"),
+    ]
+
+    with pytest.raises(InvalidArgument) as raised:
+        await service.submit_many(TENANT, ACTOR, batch)
+
+    assert [v.field for v in raised.value.violations] == ["jobs[3].idempotency_key"]
+    assert "jobs[1]" in raised.value.violations[0].description
+    assert job_count(sync_db) == 0
+
+
+async def test_submit_jobs_with_one_key_for_two_identical_requests_makes_one_job(service, sync_db):
+    request = factories.new_job(idempotency_key="order-7", payload=b"same")
+
+    first, second = await service.submit_many(TENANT, ACTOR, [request, replace(request)])
+
+    assert (first.created, second.created) == (True, False)
+    assert first.job.job_id == second.job.job_id
+    assert job_count(sync_db) == 1
+
+
+async def _another_tenants_job(db: Database) -> str:
+    return (await factories.insert_job(db, tenant=TenantId("tenant-b"))).job_id
+
+
+async def _no_job(db: Database) -> str:
+    return "00000000-0000-4000-8000-000000000000"
+
+
+async def _as_submitted(service: SubmissionService, dependency: str) -> NewJob:
+    return factories.new_job(depends_on=(dependency,))
+
+
+async def _as_superseded(service: SubmissionService, dependency: str) -> NewJob:
+    await service.submit(TENANT, ACTOR, factories.new_job(resource_key="doc", resource_version=2))
+    return factories.new_job(resource_key="doc", resource_version=1, depends_on=(dependency,))
+
+
+async def _as_attached(service: SubmissionService, dependency: str) -> NewJob:
+    await service.submit(TENANT, ACTOR, factories.new_job(payload=b"text", dedupe_by_input=True))
+    return factories.new_job(payload=b"text", dedupe_by_input=True, depends_on=(dependency,))
+
+
+SUBMISSION_PATHS = {"stored": _as_submitted, "stored superseded": _as_superseded, "attached": _as_attached}
+UNKNOWN_DEPENDENCIES = {"no such job": _no_job, "another tenant's job": _another_tenants_job}
+
+
+@pytest.mark.parametrize("dependency", UNKNOWN_DEPENDENCIES)
+@pytest.mark.parametrize("path", SUBMISSION_PATHS)
+async def test_dependencies_are_checked_on_every_path_a_submission_takes(db, service, sync_db, path, dependency):
+    unknown = await UNKNOWN_DEPENDENCIES[dependency](db)
+    submission = await SUBMISSION_PATHS[path](service, unknown)
+    before = sync_db.snapshot()
+
+    with pytest.raises(InvalidArgument) as raised:
+        await service.submit(TENANT, ACTOR, submission)
+    assert [v.field for v in raised.value.violations] == ["depends_on[0]"]
+    with pytest.raises(InvalidArgument) as raised:
+        await service.submit_many(TENANT, ACTOR, [factories.new_job(), submission])
+    assert [v.field for v in raised.value.violations] == ["jobs[1].depends_on[0]"]
+
+    assert sync_db.snapshot() == before

@@ -39,13 +39,18 @@ class GroupCommitter(Generic[K, T]):
         self._batch_max = batch_max
         self._flushers_max = flushers
         self._pending: deque[_Item[K, T]] = deque()
+        # Flushers that will still look at the queue. A task's done callback runs a loop turn after
+        # the task returned, so the task set alone would count flushers that have already stopped
+        # looking: a submission arriving in between would be queued with nobody left to take it.
+        self._draining = 0
         self._flushers: set[asyncio.Task] = set()
 
     async def run(self, request: K) -> T:
         """Returns once the transaction that carried `request` committed, or raises its refusal."""
         item: _Item[K, T] = _Item(request, asyncio.get_running_loop().create_future())
         self._pending.append(item)
-        if len(self._flushers) < self._flushers_max:
+        if self._draining < self._flushers_max:
+            self._draining += 1
             # Detached from the caller: a caller that goes away must not abort the others' transaction.
             # A fresh context too: the first caller's deadline (database.call_deadline) must not bound the
             # transactions this task runs for everyone after it.
@@ -55,9 +60,13 @@ class GroupCommitter(Generic[K, T]):
         return await asyncio.shield(item.outcome)
 
     async def _drain(self) -> None:
-        while self._pending:
-            batch = [self._pending.popleft() for _ in range(min(self._batch_max, len(self._pending)))]
-            await self._flush(batch)
+        try:
+            while self._pending:
+                batch = [self._pending.popleft() for _ in range(min(self._batch_max, len(self._pending)))]
+                await self._flush(batch)
+        finally:
+            # No await between the empty queue seen above and this: whoever queues next sees the count.
+            self._draining -= 1
 
     async def _flush(self, batch: list[_Item[K, T]]) -> None:
         body_done = False

@@ -10,7 +10,7 @@ from shared.domain.jobs import Job, JobState
 from shared.domain.submission_rules import check_job_id, check_text
 from shared.json_logging import job_fields
 from shared.storage import job_store
-from shared.storage.database import Database
+from shared.storage.database import Connection, Database
 
 log = logging.getLogger(__name__)
 REASON_MAX_CHARS = 500
@@ -54,7 +54,8 @@ class JobLifecycle:
         self, tenant: TenantId, actor: str, job_id: JobId, reason: str, *, accept_duplicate_risk: bool
     ) -> Job:
         """Reopens a FAILED, CANCELLED or OUTCOME_UNKNOWN job with a fresh attempt budget, recording
-        who and why. The fencing token keeps rising: the next claim gets a token never used before."""
+        who and why. The fencing token keeps rising: the next claim gets a token never used before.
+        Consent to a duplicate effect is needed whenever the latest attempt's outcome is unknown."""
         check_job_id(job_id)
         _check_reason(reason)
         async with self._db.transaction(tenant) as conn:
@@ -62,20 +63,9 @@ class JobLifecycle:
             if candidate is None:
                 raise NotFound()
             _check_retryable(candidate, accept_duplicate_risk)
-            next_state = JobState.PENDING
-            if candidate.depends_on:
-                states = await job_store.dependency_states(conn, tenant, candidate.depends_on)
-                for dep in candidate.depends_on:
-                    if states.get(dep) in _ENDED_BADLY:
-                        raise FailedPrecondition(
-                            f"dependency {dep} ended {states[dep].value}; retry it first",
-                            reason="DEPENDENCY_FAILED",
-                            metadata={"dependency": dep},
-                        )
-                if any(states.get(dep) is not JobState.SUCCEEDED for dep in candidate.depends_on):
-                    next_state = JobState.BLOCKED
+            next_state = await _reopened_state(conn, tenant, candidate)
             note = f"manual retry by {actor}" + (f": {reason}" if reason else "")
-            if candidate.state is JobState.OUTCOME_UNKNOWN:
+            if candidate.duplicate_risk:
                 note += " (duplicate risk accepted)"
             job = await job_store.reopen(
                 conn,
@@ -85,6 +75,7 @@ class JobLifecycle:
                 next_state=next_state,
                 actor=actor,
                 reason=note,
+                duplicate_risk_accepted=candidate.duplicate_risk,
             )
         assert job is not None  # the row is locked and was checked above
         log.info("job reopened by manual retry", extra=job_fields(job, actor=actor, reason=note))
@@ -98,9 +89,10 @@ def _check_retryable(candidate: job_store.RetryCandidate, accept_duplicate_risk:
             reason="NOT_RETRYABLE",
             metadata={"state": candidate.state.value},
         )
-    if candidate.state is JobState.OUTCOME_UNKNOWN and not accept_duplicate_risk:
+    if candidate.duplicate_risk and not accept_duplicate_risk:
         raise FailedPrecondition(
-            "the earlier attempt's external effect may have happened; set accept_duplicate_risk to run it again",
+            "the latest attempt's outcome is unknown: its external effect may have happened; "
+            "set accept_duplicate_risk to run it again",
             reason="DUPLICATE_RISK_NOT_ACCEPTED",
         )
     if candidate.latest_version is not None and (candidate.resource_version or 0) < candidate.latest_version:
@@ -109,3 +101,28 @@ def _check_retryable(candidate: job_store.RetryCandidate, accept_duplicate_risk:
             reason="NEWER_VERSION_EXISTS",
             metadata={"latest_version": str(candidate.latest_version)},
         )
+
+
+async def _reopened_state(conn: Connection, tenant: TenantId, candidate: job_store.RetryCandidate) -> JobState:
+    """PENDING when every dependency succeeded, BLOCKED while one is unfinished. A dependency that
+    ended badly must be retried first; one that no longer exists (deleted before its dependents were
+    kept, or by hand) can never settle a BLOCKED job, nor tell whether it succeeded: both are refused."""
+    if not candidate.depends_on:
+        return JobState.PENDING
+    states = await job_store.dependency_states(conn, tenant, candidate.depends_on)
+    for dep in candidate.depends_on:
+        if dep not in states:
+            raise FailedPrecondition(
+                f"dependency {dep} no longer exists, so whether it succeeded is unknown; submit the job again",
+                reason="DEPENDENCY_MISSING",
+                metadata={"dependency": dep},
+            )
+        if states[dep] in _ENDED_BADLY:
+            raise FailedPrecondition(
+                f"dependency {dep} ended {states[dep].value}; retry it first",
+                reason="DEPENDENCY_FAILED",
+                metadata={"dependency": dep},
+            )
+    if all(states[dep] is JobState.SUCCEEDED for dep in candidate.depends_on):
+        return JobState.PENDING
+    return JobState.BLOCKED

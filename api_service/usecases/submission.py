@@ -57,6 +57,7 @@ class SubmissionService:
             raise InvalidArgument(FieldViolation("jobs", f"must hold at most {self._limits.max_batch_size}"))
         for index, job in enumerate(jobs):
             validate_new_job(job, limits=self._limits, known_kinds=self._registry.kinds(), prefix=f"jobs[{index}].")
+        _check_keys_within_batch(jobs)
         plain = [i for i, job in enumerate(jobs) if _is_plain(job)]
         submitted: dict[int, tuple[SubmitOutcome, list[JobId]]] = {}
         async with self._db.transaction(tenant) as conn:
@@ -109,7 +110,8 @@ class SubmissionService:
     async def _submit_one(
         self, conn: Connection, tenant: TenantId, actor: str, job: NewJob, prefix: str
     ) -> tuple[SubmitOutcome, list[JobId]]:
-        """The outcome, and the older versions' jobs that this submission superseded."""
+        """The outcome, and the older versions' jobs that this submission superseded. Locks in the
+        order every path takes them: the input, the resource head, then the dependencies."""
         digest = request_digest(job) if job.idempotency_key is not None else None
         if job.idempotency_key is not None:
             existing = await job_store.get_by_idempotency_key(conn, tenant, job.idempotency_key)
@@ -118,6 +120,13 @@ class SubmissionService:
         dedupe_digest = input_digest(job) if job.dedupe_by_input else None
         if dedupe_digest is not None:
             await job_store.lock_input(conn, tenant, job, dedupe_digest)
+        latest_version = 0
+        if job.resource_key:
+            latest_version = await job_store.lock_resource_head(conn, tenant, job.resource_key)
+        # Checked on every path that stores or attaches, superseded or not: an id that names no job of
+        # this tenant is refused the same way wherever the submission would end up.
+        dependencies = await _dependency_states(conn, tenant, job, prefix) if job.depends_on else {}
+        if dedupe_digest is not None:
             attached = await job_store.find_attachable(
                 conn, tenant, job, dedupe_digest, window_seconds=self._dedupe_window_seconds
             )
@@ -126,13 +135,10 @@ class SubmissionService:
         spec = self._registry.get(job.kind)
         assert spec is not None  # validation admitted only registered kinds
         state, error, reason = JobState.PENDING, None, "submitted"
-        latest_version = 0
-        if job.resource_key:
-            latest_version = await job_store.lock_resource_head(conn, tenant, job.resource_key)
-            if (job.resource_version or 0) < latest_version:
-                state, reason = JobState.SUPERSEDED, f"version {latest_version} was already submitted"
-        if state is JobState.PENDING and job.depends_on:
-            state, error = await _dependency_state(conn, tenant, job, prefix)
+        if job.resource_key and (job.resource_version or 0) < latest_version:
+            state, reason = JobState.SUPERSEDED, f"version {latest_version} was already submitted"
+        elif job.depends_on:
+            state, error = _state_after(job, dependencies)
             reason = error.message if error else reason
         params = job_store.InsertParams(
             tenant=tenant,
@@ -208,11 +214,9 @@ def _replay(existing: Job, existing_digest: bytes | None, digest: bytes | None) 
     return SubmitOutcome(existing, False)
 
 
-async def _dependency_state(
-    conn: Connection, tenant: TenantId, job: NewJob, prefix: str
-) -> tuple[JobState, JobError | None]:
-    """PENDING when every dependency succeeded, FAILED when one ended otherwise, else BLOCKED.
-    Dependencies must exist already, so no cycle can ever form."""
+async def _dependency_states(conn: Connection, tenant: TenantId, job: NewJob, prefix: str) -> dict[JobId, JobState]:
+    """The dependencies' states, share-locked until commit. Dependencies must exist already, so no
+    cycle can ever form."""
     states = await job_store.dependency_states(conn, tenant, job.depends_on)
     missing = [
         FieldViolation(f"{prefix}depends_on[{i}]", "no such job")
@@ -221,9 +225,36 @@ async def _dependency_state(
     ]
     if missing:
         raise InvalidArgument(missing)
+    return states
+
+
+def _state_after(job: NewJob, states: dict[JobId, JobState]) -> tuple[JobState, JobError | None]:
+    """PENDING when every dependency succeeded, FAILED when one ended otherwise, else BLOCKED."""
     for dep in job.depends_on:
         if states[dep] in _ENDED_BADLY:
             return JobState.FAILED, JobError(ErrorCategory.PERMANENT, f"dependency {dep} ended {states[dep].value}")
     if all(states[dep] is JobState.SUCCEEDED for dep in job.depends_on):
         return JobState.PENDING, None
     return JobState.BLOCKED, None
+
+
+def _check_keys_within_batch(jobs: Sequence[NewJob]) -> None:
+    """Items sharing an idempotency key are one job only when their requests are identical. Decided
+    before anything is written: the earlier item's row would roll back with the refused batch, so an
+    answer naming it would name a job that never existed."""
+    first_with_key: dict[str, tuple[int, bytes]] = {}
+    violations = []
+    for index, job in enumerate(jobs):
+        if job.idempotency_key is None:
+            continue
+        digest = request_digest(job)
+        earlier = first_with_key.setdefault(job.idempotency_key, (index, digest))
+        if earlier[1] != digest:
+            violations.append(
+                FieldViolation(
+                    f"jobs[{index}].idempotency_key",
+                    f"is the key of jobs[{earlier[0]}], whose request differs; one key names one request",
+                )
+            )
+    if violations:
+        raise InvalidArgument(violations)

@@ -179,18 +179,26 @@ class RetryCandidate:
     resource_version: int | None
     latest_version: int | None
     depends_on: tuple[JobId, ...]
+    # The latest attempt's external effect may have happened and no retry has accepted that yet.
+    duplicate_risk: bool
 
 
 async def lock_for_retry(conn: Connection, tenant: TenantId, job_id: JobId) -> RetryCandidate | None:
-    cur = await conn.execute(queries.JOB_LOCK_FOR_RETRY, {"tenant": tenant, "job_id": job_id})
+    """Locks the job's resource head, then the job, until commit: the order a submission takes them,
+    so a retry never reopens a version that a concurrent submission is superseding."""
+    params = {"tenant": tenant, "job_id": job_id}
+    cur = await conn.execute(queries.RESOURCE_HEAD_LOCK_FOR_RETRY, params)
+    head = await cur.fetchone()
+    cur = await conn.execute(queries.JOB_LOCK_FOR_RETRY, params)
     row = await cur.fetchone()
     if row is None:
         return None
     return RetryCandidate(
         JobState(row["state"]),
         row["resource_version"],
-        row["latest_version"],
+        head["latest_version"] if head else None,
         tuple(JobId(str(d)) for d in row["depends_on"]),
+        row["duplicate_risk"],
     )
 
 
@@ -203,6 +211,7 @@ async def reopen(
     next_state: JobState,
     actor: str,
     reason: str,
+    duplicate_risk_accepted: bool = False,
 ) -> Job | None:
     cur = await conn.execute(
         queries.JOB_RETRY,
@@ -213,6 +222,7 @@ async def reopen(
             "next_state": next_state.value,
             "actor": actor,
             "reason": reason,
+            "duplicate_risk_accepted": duplicate_risk_accepted,
         },
     )
     row = await cur.fetchone()

@@ -376,17 +376,33 @@ RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created
           finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
           resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
 
+-- name: resource_head_lock_for_retry
+-- Locks the resource head of one tenant's job, before the job row as a submission of that key does, so a
+-- retry and a newer version's submission run one after the other; no row for a job without a resource.
+SELECT h.latest_version
+FROM resource_heads AS h
+JOIN jobs AS j ON j.tenant = h.tenant AND j.resource_key = h.resource_key
+WHERE j.tenant = %(tenant)s AND j.job_id = %(job_id)s::uuid
+FOR UPDATE OF h;
+
 -- name: job_lock_for_retry
--- One tenant's job with what a manual retry must check, locked until the retry commits.
+-- One tenant's job with what a manual retry must check, locked until the retry commits. Its latest
+-- attempt's outcome is unknown when that attempt was classed so (whatever state it ended in, a cancel
+-- included) or left an external call unconfirmed, until a retry accepted that risk.
 SELECT j.job_id, j.state, j.resource_key, j.resource_version, j.depends_on,
-       (SELECT h.latest_version FROM resource_heads AS h
-        WHERE h.tenant = j.tenant AND h.resource_key = j.resource_key) AS latest_version
+       j.state = 'outcome_unknown'
+       OR ((j.last_error_category = 'outcome_unknown'
+            OR EXISTS (SELECT 1 FROM job_receipts AS r
+                       WHERE r.job_id = j.job_id AND r.attempt = j.attempts AND r.confirmed_at IS NULL))
+           AND j.attempts > coalesce(j.duplicate_risk_accepted_attempt, -1)) AS duplicate_risk
 FROM jobs AS j
 WHERE j.tenant = %(tenant)s AND j.job_id = %(job_id)s::uuid
 FOR UPDATE;
 
 -- name: job_retry
 -- Reopens a FAILED, CANCELLED or OUTCOME_UNKNOWN job with a fresh attempt budget; the token keeps rising.
+-- An accepted duplicate risk is remembered for the attempt it covered: no later retry asks for it again
+-- until another attempt has run.
 UPDATE jobs
 SET state = %(next_state)s::job_state,
     max_attempts = attempts + retry_budget,
@@ -394,6 +410,8 @@ SET state = %(next_state)s::job_state,
     finished_at = NULL,
     cancel_requested = false,
     deadline = CASE WHEN deadline <= clock_timestamp() THEN NULL ELSE deadline END,
+    duplicate_risk_accepted_attempt = CASE WHEN %(duplicate_risk_accepted)s THEN attempts
+                                           ELSE duplicate_risk_accepted_attempt END,
     transition_actor = %(actor)s,
     transition_reason = %(reason)s
 WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid AND state = %(expected_state)s::job_state
