@@ -37,9 +37,10 @@ CONNECTION_DEFAULTS = {
     "keepalives_count": "3",
     "tcp_user_timeout": "30000",
 }
-# How long the pool retries one lost connection in the background (backing off up to half of this)
-# before it gives up and lets the next request start a fresh attempt: after a failover the pool reaches
-# the new primary within about this long of its promotion, not after a backoff grown during the outage.
+# How long the pool retries one lost connection in the background, its waits doubling from 1 s, before it
+# gives up and lets the next request start a fresh attempt. psycopg's default (300 s) lets the waits grow
+# through an outage: after 20 s down, a pool served again 8.3 s after the server was back, against 0.8 s
+# with this; after a failover that is the time from the promotion to the first transaction served.
 RECONNECT_TIMEOUT_SECONDS_DEFAULT = 5.0
 
 # Monotonic time by which the current call's caller stops waiting; None when it set no deadline.
