@@ -61,18 +61,17 @@ bench: venv ## Throughput, latency and memory figures against their targets: a t
 	@echo "benchmarks use admin URL $(JOBS_TEST_ADMIN_URL) (BENCH_ONLY, BENCH_JOBS, BENCH_SOAK_SECONDS: see benchmarks/__main__.py)"
 	BENCH_ADMIN_URL=$${BENCH_ADMIN_URL:-$(JOBS_TEST_ADMIN_URL)} $(VENV_PYTHON) -m benchmarks
 
-system-deps: ## Install what the tests need from the OS (promtool; node and npm); run as root
-	@if command -v promtool >/dev/null; then \
-		echo "promtool present: $$(command -v promtool)"; \
+system-deps: ## Install what the tests need from the OS (promtool, pg_autoctl, pgbouncer, node and npm) when missing; run as root
+	@missing=""; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	command -v pg_autoctl >/dev/null || missing="$$missing postgresql-15-auto-failover"; \
+	command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || missing="$$missing pgbouncer"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	if [[ -z "$$missing" ]]; then \
+		echo "system packages present: promtool, pg_autoctl, pgbouncer, node $$(node --version), npm $$(npm --version)"; \
 	else \
 		apt-get update; \
-		DEBIAN_FRONTEND=noninteractive apt-get install --yes --no-install-recommends prometheus; \
-	fi
-	@if command -v npm >/dev/null; then \
-		echo "node $$(node --version) and npm $$(npm --version) present"; \
-	else \
-		apt-get update; \
-		DEBIAN_FRONTEND=noninteractive apt-get install --yes --no-install-recommends nodejs npm; \
+		DEBIAN_FRONTEND=noninteractive apt-get install --yes --no-install-recommends $$missing; \
 	fi
 
 clean: ## Remove the venv, caches, build output and .dev/ (the embedded database's data)

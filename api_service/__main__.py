@@ -7,14 +7,16 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Mapping
 
 from prometheus_client import disable_created_metrics
 
 from api_service.server import serve
 from api_service.settings import ApiSettings
 from shared.domain.errors import JobsError
-from shared.env_settings import SettingsError, env_str
+from shared.env_settings import SettingsError
 from shared.json_logging import configure_logging
+from shared.storage.database_settings import DatabaseSettings
 from shared.storage.migrator import migrate
 
 log = logging.getLogger("api_service")
@@ -28,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     disable_created_metrics()
     try:
         if args.command == "migrate":
-            applied = migrate(env_str(os.environ, "DATABASE_URL"))
+            applied = migrate(_migration_url(os.environ))
             log.info("migrations applied: %s", [f"{m.version:04d}_{m.name}" for m in applied] or "none needed")
             return 0
         asyncio.run(serve(ApiSettings.from_env(os.environ)))
@@ -39,6 +41,15 @@ def main(argv: list[str] | None = None) -> int:
     except JobsError as exc:
         log.error("%s", exc.message)
         return 1
+
+
+def _migration_url(env: Mapping[str, str]) -> str:
+    """The migrations hold a session-level lock across many transactions: a transaction pooler would
+    run the unlock on another server session, so they go to DATABASE_DIRECT_URL when there is one."""
+    database = DatabaseSettings.from_env(env)
+    if database.session_url is None:
+        raise SettingsError("JOBS_DB_POOLING=transaction: migrate needs DATABASE_DIRECT_URL")
+    return database.session_url
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ class JobChangeHub:
     """Each stream holds one asyncio.Event, set when its job changes: a slow consumer costs a flag,
     never a growing queue."""
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str | None) -> None:
+        """`database_url` None: no session to LISTEN on (transaction pooling without a direct URL); then
+        the hub never signals and streams rely on reading again."""
         self._database_url = database_url
         self._subscribers: dict[str, set[asyncio.Event]] = {}
 
@@ -44,6 +46,8 @@ class JobChangeHub:
     async def run(self) -> None:
         """Listens until cancelled; after every (re)connect all streams re-read, since notifications
         sent while disconnected are lost."""
+        if self._database_url is None:
+            return
         delay = 0.5
         while True:
             try:

@@ -23,7 +23,7 @@ from api_service.settings import ApiSettings
 from api_service.transport_security import ReloadableServerCredentials
 from api_service.usecases.admission import SubmissionAdmission
 from api_service.usecases.job_queries import JobQueries
-from api_service.usecases.job_watch import JobWatch
+from api_service.usecases.job_watch import RECHECK_SECONDS_DEFAULT, JobWatch
 from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
@@ -36,6 +36,9 @@ from shared.storage.queue_stats import ExporterSession
 
 log = logging.getLogger(__name__)
 HEALTH_CONCURRENT_RPCS_MAX = 16
+# How often a WatchJob stream reads its job again when no LISTEN session can be had (transaction pooling
+# without DATABASE_DIRECT_URL): a change reaches the stream within this long.
+WATCH_POLL_SECONDS = 1.0
 
 
 # A WatchJob stream open when its connection ages out is closed after this grace; clients resume it
@@ -60,10 +63,11 @@ async def serve(settings: ApiSettings) -> None:
     metrics = ApiMetrics(settings.metrics_tenant_limit)
     db = await Database.open(
         PoolSettings(
-            settings.database_url,
+            settings.database.url,
             max_size=settings.db_pool_max,
             acquire_timeout_seconds=settings.db_acquire_timeout_seconds,
             application_name="jobs-api",
+            prepare_threshold=settings.database.prepare_threshold,
         )
     )
     metrics.watch_pool(db.stats)
@@ -76,7 +80,9 @@ async def serve(settings: ApiSettings) -> None:
         ],
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
-    hub = JobChangeHub(settings.database_url)
+    hub = JobChangeHub(settings.database.session_url)
+    # Without a session for LISTEN, WatchJob streams learn of changes by reading again this often.
+    watch_recheck_seconds = RECHECK_SECONDS_DEFAULT if settings.database.session_url else WATCH_POLL_SECONDS
     jobs_pb2_grpc.add_JobServiceServicer_to_server(
         JobServicer(
             SubmissionService(
@@ -88,7 +94,7 @@ async def serve(settings: ApiSettings) -> None:
             ),
             JobQueries(db, ResultCache(settings.result_cache, metrics.result_cache)),
             JobLifecycle(db),
-            JobWatch(db, hub, max_streams=settings.max_watch_streams),
+            JobWatch(db, hub, watch_recheck_seconds, max_streams=settings.max_watch_streams),
             SubmissionAdmission(db, settings.tenant_limits),
         ),
         server,
@@ -146,8 +152,10 @@ async def serve(settings: ApiSettings) -> None:
 
 
 def _queue_gauge_refresher(settings: ApiSettings, metrics: ApiMetrics) -> QueueGaugeRefresher:
+    session_url = settings.database.session_url
+    assert session_url is not None, "ApiSettings refuses metrics without a session URL"
     return QueueGaugeRefresher(
-        ExporterSession(settings.database_url),
+        ExporterSession(session_url),
         metrics.queue,
         interval_seconds=settings.metrics_refresh_seconds,
         failed_window_seconds=settings.metrics_failed_window_seconds,

@@ -18,6 +18,7 @@ from shared.domain.submission_rules import (
 )
 from shared.env_settings import SettingsError, env_float, env_int, env_list, env_optional, env_str
 from shared.metric_labels import TENANT_LIMIT_DEFAULT
+from shared.storage.database_settings import DatabaseSettings
 
 API_LISTEN_DEFAULT = "127.0.0.1:50051"
 # gRPC messages carry at most a payload plus envelope; SubmitJobs batches get more room.
@@ -28,7 +29,7 @@ CONCURRENT_RPCS_MAX_DEFAULT = 1000
 
 @dataclass(frozen=True)
 class ApiSettings:
-    database_url: str
+    database: DatabaseSettings
     listen: str
     metrics_listen: str | None
     # The database gauges: how often they are read, how far back FAILED jobs count, how many tenants
@@ -68,10 +69,18 @@ class ApiSettings:
         tokens_file = Path(env_str(env, "JOBS_TOKENS_FILE"))
         if not tokens_file.is_file():
             raise SettingsError(f"JOBS_TOKENS_FILE {str(tokens_file)!r} is not a readable file")
+        database = DatabaseSettings.from_env(env)
+        metrics_listen = env_optional(env, "JOBS_METRICS_LISTEN")
+        if metrics_listen and database.session_url is None:
+            # Only one replica may export the queue gauges, and the lock that decides which is a session's.
+            raise SettingsError(
+                "JOBS_DB_POOLING=transaction with JOBS_METRICS_LISTEN needs DATABASE_DIRECT_URL:"
+                " the queue gauges' exporter lock needs a session of its own"
+            )
         return cls(
-            database_url=env_str(env, "DATABASE_URL"),
+            database=database,
             listen=env_str(env, "JOBS_API_LISTEN", API_LISTEN_DEFAULT),
-            metrics_listen=env_optional(env, "JOBS_METRICS_LISTEN"),
+            metrics_listen=metrics_listen,
             metrics_refresh_seconds=env_float(
                 env, "JOBS_METRICS_REFRESH_SECONDS", REFRESH_SECONDS_DEFAULT, minimum=0.1
             ),

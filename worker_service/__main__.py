@@ -31,7 +31,13 @@ async def run(settings: WorkerSettings) -> None:
         host, port = split_host_port(settings.metrics_listen)
         start_http_server(port, addr=host, registry=metrics.registry)
     db = await Database.open(
-        PoolSettings(settings.database_url, min_size=1, max_size=3, application_name="jobs-worker")
+        PoolSettings(
+            settings.database.url,
+            min_size=1,
+            max_size=3,
+            application_name="jobs-worker",
+            prepare_threshold=settings.database.prepare_threshold,
+        )
     )
     metrics.watch_pool(db.stats)
     api = ApiClient(settings.api_target, settings.worker_token, settings.worker_id, settings.tls)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from shared.env_settings import env_float, env_int, env_list, env_optional, env_str
 from shared.metric_labels import TENANT_LIMIT_DEFAULT
+from shared.storage.database_settings import DatabaseSettings
 from worker_service.transport_security import ClientTlsFiles
 
 API_TARGET_DEFAULT = "127.0.0.1:50051"
@@ -20,7 +21,7 @@ RETENTION_SECONDS_DEFAULT = 7 * 24 * 3600.0
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    database_url: str
+    database: DatabaseSettings
     api_target: str
     worker_token: str
     worker_id: str
@@ -53,7 +54,7 @@ class WorkerSettings:
     def from_env(cls, env: Mapping[str, str]) -> WorkerSettings:
         lease_seconds = env_float(env, "JOBS_LEASE_SECONDS", LEASE_SECONDS_DEFAULT, minimum=1.0)
         return cls(
-            database_url=env_str(env, "DATABASE_URL"),
+            database=DatabaseSettings.from_env(env),
             api_target=env_str(env, "JOBS_API_TARGET", API_TARGET_DEFAULT),
             worker_token=env_str(env, "JOBS_WORKER_TOKEN"),
             worker_id=env_str(env, "JOBS_WORKER_ID", f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"),

@@ -100,10 +100,19 @@ class Worker:
             asyncio.create_task(
                 rescue_leases(self._db, self._metrics, self._settings.rescue_interval_seconds), name="lease-rescuer"
             ),
-            asyncio.create_task(
-                listen_for_work(self._settings.database_url, self.wake, self._stop_notified), name="wakeup-listener"
-            ),
         ]
+        if self._settings.database.session_url is not None:
+            background.append(
+                asyncio.create_task(
+                    listen_for_work(self._settings.database.session_url, self.wake, self._stop_notified),
+                    name="wakeup-listener",
+                )
+            )
+        else:
+            # A transaction pooler without a direct URL: claims come from polling, stops from heartbeats.
+            log.info(
+                "no database session for LISTEN: polling for work every %.1fs", self._settings.poll_interval_seconds
+            )
         if self._settings.retention_seconds > 0:
             background.append(
                 asyncio.create_task(

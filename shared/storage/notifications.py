@@ -1,4 +1,5 @@
-"""LISTEN on a channel over a dedicated connection (a pooled one would be handed to other work)."""
+"""LISTEN on a channel over a dedicated connection: a pooled one would be handed to other work, and
+through a transaction pooler the LISTEN would stay behind on a server session that other clients use."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import AsyncIterator
 import psycopg
 from psycopg import sql
 
-from shared.storage.database import translate_db_errors
+from shared.storage.database import translate_db_errors, with_connection_defaults
 
 # Wakes workers when jobs are inserted; folded to one notification per transaction.
 RUNNABLE_CHANNEL = "jobs_runnable"
@@ -21,10 +22,12 @@ LISTENING = ("", "")
 
 async def listen(database_url: str, *channels: str) -> AsyncIterator[tuple[str, str]]:
     """Yields LISTENING once listening starts, then (channel, payload) per notification; raises
-    Unavailable when the connection fails (the caller reconnects and must assume it missed some)."""
+    Unavailable when the connection fails (the caller reconnects and must assume it missed some).
+    `database_url` must reach the primary without a transaction pooler between: a standby delivers no
+    notifications, and a pooler would move the LISTEN's session away from this client."""
     with translate_db_errors():
         async with await psycopg.AsyncConnection.connect(
-            database_url, autocommit=True, application_name="jobs-listener"
+            with_connection_defaults(database_url), autocommit=True, application_name="jobs-listener"
         ) as conn:
             for channel in channels:
                 await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
