@@ -85,7 +85,7 @@ async def _run_worker_until(stack: ServiceStack, registry: HandlerRegistry, trac
             **FAST_WORKER_ENV,
         }
     )
-    db = await Database.open(PoolSettings(settings.database_url, min_size=1, max_size=3))
+    db = await Database.open(PoolSettings(settings.database.url, min_size=1, max_size=3))
     api = ApiClient(settings.api_target, settings.worker_token, settings.worker_id, settings.tls)
     stop = asyncio.Event()
     worker = Worker(settings, registry, db, api, WorkerMetrics(tenant_limit=5), tracer)
