@@ -652,3 +652,47 @@ def test_every_jobsctl_command_in_the_docs_parses() -> None:
             _parse(*words)
         except SystemExit:
             pytest.fail(f"{name}: `jobsctl {' '.join(words)}` does not parse")
+
+
+_CITED_DOC = re.compile(r"\bdocs/[A-Za-z_]+\.md\b")
+_NOT_SOURCES = {".git", ".venv", ".dev", "node_modules", "build", "dist"}
+
+
+def test_every_docs_page_a_file_cites_exists() -> None:
+    cited: dict[str, set[str]] = {}
+    for path in REPO_ROOT.rglob("*"):
+        if not path.is_file() or _NOT_SOURCES & set(path.relative_to(REPO_ROOT).parts):
+            continue
+        if path.suffix not in {".md", ".py", ".proto", ".yaml", ".yml", ".toml", ".sh", ""}:
+            continue
+        for page in _CITED_DOC.findall(path.read_text(errors="replace")):
+            cited.setdefault(page, set()).add(str(path.relative_to(REPO_ROOT)))
+    assert "Dockerfile" in cited.get("docs/ARCHITECTURE.md", set())
+    missing = {page: sorted(files) for page, files in cited.items() if not (REPO_ROOT / page).is_file()}
+    assert not missing, f"cited but absent: {missing}"
+
+
+def _section(path: str, heading: str) -> str:
+    text = (REPO_ROOT / path).read_text()
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return " ".join(text[start : end if end != -1 else None].split())
+
+
+def test_the_runbook_rotates_tokens_with_the_sighup_reload_the_api_does() -> None:
+    server = (REPO_ROOT / "api_service" / "server.py").read_text()
+    assert "add_signal_handler(signal.SIGHUP" in server, "the API reloads its principals on SIGHUP"
+    rotation = _section("docs/RUNBOOK.md", "## Rotating tokens")
+    assert "SIGHUP" in rotation and "kill -HUP" in rotation
+    assert "reads it when it starts." not in rotation and "as soon as the API pods have restarted" not in rotation
+
+
+def test_docs_say_a_running_job_is_cancelled_by_notification_not_at_its_next_heartbeat() -> None:
+    proto = (REPO_ROOT / "proto" / "jobs" / "v1" / "jobs.proto").read_text()
+    cancel_comment = proto[: proto.index("rpc CancelJob(")].rsplit("rpc ", 1)[1]
+    guarantees = _section("docs/GUARANTEES.md", "## Reading state and results")
+    readme_row = next(line for line in (REPO_ROOT / "README.md").read_text().splitlines() if "`cancel JOB_ID" in line)
+    for text in (cancel_comment, guarantees, readme_row):
+        text = " ".join(text.split())
+        assert "notif" in text, text
+        assert "stops at its next heartbeat" not in text and "at its worker's next heartbeat" not in text, text

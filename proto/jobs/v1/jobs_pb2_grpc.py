@@ -120,8 +120,9 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CancelJob(self, request, context):
-        """PENDING, BLOCKED or RETRY_WAIT: CANCELLED at once. RUNNING: cancel_requested is set, the worker
-        stops at its next heartbeat and a late completion is refused. Terminal: FAILED_PRECONDITION.
+        """PENDING, BLOCKED or RETRY_WAIT: CANCELLED at once. RUNNING: cancel_requested is set and the worker
+        holding the job is notified, so it stops within milliseconds (at its next heartbeat at the latest,
+        should the notification be lost); a late completion is refused. Terminal: FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
