@@ -126,9 +126,13 @@ class Stack:
     embedded_server: object | None = None
 
     def check(self) -> None:
-        """Raises if Ctrl-C came or a child exited; called from every wait."""
+        """Raises if Ctrl-C came or a child exited; called from every wait while starting."""
         if self.stop_requested.is_set():
             raise StackError("interrupted")
+        self.check_children()
+
+    def check_children(self) -> None:
+        """Raises if a child exited. Once the stack runs, Ctrl-C is the way out, not an error."""
         for child in self.children:
             code = child.process.poll()
             if code is not None:
@@ -409,7 +413,8 @@ def _supervise(stack: Stack) -> int:
     """Waits for Ctrl-C or SIGTERM; a child that dies on its own stops the stack with an error."""
     while not stack.stop_requested.wait(POLL_SECONDS):
         try:
-            stack.check()
+            # Not check(): a Ctrl-C landing between the wait and here would read as a failure.
+            stack.check_children()
         except StackError as exc:
             print(f"dev stack: {exc}", file=sys.stderr)
             return 1

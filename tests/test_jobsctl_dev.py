@@ -4,6 +4,7 @@ with the token it prints, and stops cleanly on Ctrl-C."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import queue
@@ -109,7 +110,7 @@ def test_jobsctl_dev_runs_the_local_stack_until_ctrl_c(database_url: str, tmp_pa
         assert submitted.returncode == 0, submitted.stderr
         result = _cli(dev.target, dev.token, "result", "--wait", submitted.stdout.decode().strip())
         assert (result.returncode, result.stdout) == (0, b"from jobsctl dev"), result.stderr
-        assert dev.interrupt() == 0
+        assert dev.interrupt() == 0, dev.text
     finally:
         dev.kill()
     assert "stopping: the workers, then the API" in dev.text
@@ -120,7 +121,7 @@ def test_the_dev_tokens_survive_a_restart_and_stay_private(database_url: str, tm
     first = _DevRun(env)
     try:
         job_id = _cli(first.target, first.token, "submit", "echo", "--payload", "kept").stdout.decode().strip()
-        assert first.interrupt() == 0
+        assert first.interrupt() == 0, first.text
     finally:
         first.kill()
     kept = tmp_path / "dev-tokens.toml"
@@ -136,7 +137,7 @@ def test_the_dev_tokens_survive_a_restart_and_stay_private(database_url: str, tm
         assert "dev tokens reused" in second.text and "now owner-only" in second.text
         result = _cli(second.target, first.token, "result", "--wait", job_id)
         assert (result.returncode, result.stdout) == (0, b"kept"), result.stderr
-        assert second.interrupt() == 0
+        assert second.interrupt() == 0, second.text
     finally:
         second.kill()
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
@@ -145,7 +146,7 @@ def test_the_dev_tokens_survive_a_restart_and_stay_private(database_url: str, tm
 def test_the_shutdown_drain_is_shown_on_the_console_and_in_each_log(database_url: str, tmp_path: Path) -> None:
     dev = _DevRun(_dev_env(database_url, tmp_path))
     try:
-        assert dev.interrupt() == 0
+        assert dev.interrupt() == 0, dev.text
     finally:
         dev.kill()
     after_stop = dev.text.split("stopping: the workers, then the API", 1)[1].splitlines()
@@ -172,3 +173,36 @@ def _log_messages(path: Path) -> list[str]:
         with contextlib.suppress(ValueError):
             messages.append(json.loads(line)["message"])
     return messages
+
+
+def _dev_stack_module(monkeypatch: pytest.MonkeyPatch):
+    """scripts/ is no package: the script loaded from its path (dataclasses need it in sys.modules)."""
+    spec = importlib.util.spec_from_file_location("dev_stack", REPO_ROOT / "scripts" / "dev_stack.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "dev_stack", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _SignalAfterTheWait(threading.Event):
+    """The first wait times out, and the Ctrl-C lands just after it, before the caller's next step."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self.is_set():
+            return True
+        self.set()
+        return False
+
+
+class _RunningChild:
+    def poll(self) -> None:
+        return None
+
+
+def test_ctrl_c_between_two_polls_of_a_running_stack_is_a_clean_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dev_stack = _dev_stack_module(monkeypatch)
+    stack = dev_stack.Stack(dev_stack.Addresses(), dev_stack.DevPaths(tmp_path), stop_requested=_SignalAfterTheWait())
+    stack.children.append(dev_stack.Child("worker-1", _RunningChild(), tmp_path / "worker-1.log"))
+    assert dev_stack._supervise(stack) == 0
