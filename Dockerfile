@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# One image for every process of the service (docs/CONTRACT.md); the command picks which:
+# One image for every process of the service (docs/ARCHITECTURE.md, "Where it runs"); the command picks which:
 #   python -m api_service              the gRPC API (the default command)
 #   python -m api_service migrate      the schema migrations (the Kubernetes Job)
 #   python -m worker_service           a worker replica

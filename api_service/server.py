@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -139,7 +140,8 @@ async def serve(settings: ApiSettings) -> None:
         f", health also on {settings.health_listen} (plaintext)" if settings.health_listen else "",
     )
     await _wait_for_stop_signal()
-    log.info("shutting down: draining for up to %.0fs", settings.shutdown_grace_seconds)
+    log.info("shutting down: draining calls in flight for up to %.0fs", settings.shutdown_grace_seconds)
+    drain_started = time.monotonic()
     for task in background:
         task.cancel()
     await asyncio.gather(*background, return_exceptions=True)
@@ -148,7 +150,7 @@ async def serve(settings: ApiSettings) -> None:
     if probes:
         await probes.stop(None)
     await db.close()
-    log.info("API stopped")
+    log.info("API stopped: drained in %.1fs", time.monotonic() - drain_started)
 
 
 def _queue_gauge_refresher(settings: ApiSettings, metrics: ApiMetrics) -> QueueGaugeRefresher:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,10 +10,10 @@ from pathlib import Path
 import grpc
 
 from jobs.v1 import jobs_pb2_grpc
-from jobsctl.arguments import UsageError, build_parser
+from jobsctl.arguments import TIMEOUT_SECONDS_DEFAULT, UsageError, build_parser
 from jobsctl.commands import COMMANDS, Call, Console
 from jobsctl.dev import run_dev
-from jobsctl.rpc_errors import EXIT_UNAVAILABLE, EXIT_USAGE, describe
+from jobsctl.rpc_errors import EXIT_UNAVAILABLE, EXIT_USAGE, describe, report
 from jobsctl.watch import WaitTimedOut
 
 
@@ -29,7 +28,7 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         return EXIT_USAGE
     try:
         with _channel(args) as channel:
-            call = Call(jobs_pb2_grpc.JobServiceStub(channel), args.token, args.timeout)
+            call = Call(jobs_pb2_grpc.JobServiceStub(channel), args.token, args.timeout or TIMEOUT_SECONDS_DEFAULT)
             try:
                 return COMMANDS[args.command](call, args, console)
             finally:
@@ -43,12 +42,7 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         print(f"jobsctl: {exc}", file=console.stderr)
         return EXIT_UNAVAILABLE
     except grpc.RpcError as exc:
-        failure = describe(exc)
-        if args.output == "json":
-            print(json.dumps(failure.as_dict(), indent=2), file=console.stderr)
-        else:
-            print(f"jobsctl: {failure.as_text()}", file=console.stderr)
-        return failure.exit_code
+        return report(describe(exc), args.output, console.stderr)
     except KeyboardInterrupt:
         print("jobsctl: interrupted", file=console.stderr)
         return 130

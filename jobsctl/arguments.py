@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import BinaryIO
+
+from google.protobuf import timestamp_pb2
 
 from jobs.v1 import jobs_pb2
 from jobsctl.rendering import parse_state, state_choices
@@ -13,6 +18,13 @@ from jobsctl.rendering import parse_state, state_choices
 TARGET_DEFAULT = "127.0.0.1:50051"
 TIMEOUT_SECONDS_DEFAULT = 30.0
 STDIN_MARKER = "-"
+TIME_EXAMPLE = "2030-01-31T09:00:00Z"
+_SPAN_PATTERN = re.compile(r"\+?(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?")
+# The API takes at most 1000 jobs per SubmitJobs call, and at least 4 MiB per message (more when its
+# payload limit is raised); a chunk stays under both, with room for the envelope.
+CHUNK_SIZE_DEFAULT = 100
+CHUNK_SIZE_MAX = 1000
+CHUNK_BYTES_MAX = 3 * 1024 * 1024
 
 
 class UsageError(Exception):
@@ -23,50 +35,40 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     env = os.environ if env is None else env
     parser = argparse.ArgumentParser(
         prog="jobsctl",
-        description="Submit and inspect jobs of the durable job service (jobs.v1.JobService).",
+        description="Submit and inspect jobs of the durable job service (jobs.v1.JobService). "
+        "The global options may also follow the command: `jobsctl result --wait --timeout 20 JOB_ID`.",
         epilog="Exit codes: 0 ok (for watch and result --wait: the job SUCCEEDED), 2 usage or invalid argument, "
-        "3 not found, 4 failed precondition, 5 unavailable or deadline exceeded, 6 the job FAILED, "
+        "3 not found (a malformed job id too: no job has it), 4 failed precondition, "
+        "5 unavailable or deadline exceeded, 6 the job FAILED, "
         "7 the job was CANCELLED or SUPERSEDED, 8 the job's outcome is unknown (a person decides), "
         "1 anything else.",
     )
-    parser.add_argument(
-        "--target",
-        default=env.get("JOBS_API_TARGET") or TARGET_DEFAULT,
-        help="API address host:port (env JOBS_API_TARGET, default %(default)s)",
-    )
-    parser.add_argument("--token", default=env.get("JOBS_TOKEN"), help="tenant bearer token (env JOBS_TOKEN)")
-    parser.add_argument(
-        "--tls-ca",
-        default=env.get("JOBS_TLS_CA_FILE") or None,
-        metavar="PATH",
-        help="CA certificate (PEM) to verify the API with; turns TLS on (env JOBS_TLS_CA_FILE)",
-    )
-    parser.add_argument(
-        "--tls-cert",
-        default=env.get("JOBS_TLS_CLIENT_CERT_FILE") or None,
-        metavar="PATH",
-        help="client certificate (PEM) for mutual TLS (env JOBS_TLS_CLIENT_CERT_FILE)",
-    )
-    parser.add_argument(
-        "--tls-key",
-        default=env.get("JOBS_TLS_CLIENT_KEY_FILE") or None,
-        metavar="PATH",
-        help="client private key (PEM) for mutual TLS (env JOBS_TLS_CLIENT_KEY_FILE)",
-    )
-    parser.add_argument("--output", "-o", choices=["text", "json"], default="text", help="default %(default)s")
-    parser.add_argument(
-        "--timeout", type=_positive_float, default=TIMEOUT_SECONDS_DEFAULT, help="seconds per call (%(default)s)"
-    )
+    _add_global_options(parser, env, with_defaults=True)
+    # The same options on every command, defaulting to "not given" so that they override the values
+    # before the command only when they are written after it.
+    after_command = argparse.ArgumentParser(add_help=False)
+    _add_global_options(after_command, env, with_defaults=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_submit(commands)
-    get = commands.add_parser("get", help="show a job's current state")
+    command = functools.partial(commands.add_parser, parents=[after_command])
+    _add_submit(command)
+    _add_submit_batch(command)
+    get = command("get", help="show a job's current state")
     get.add_argument("job_id", metavar="JOB_ID")
-    result = commands.add_parser("result", help="write a succeeded job's result payload to stdout")
+    result = command("result", help="write a succeeded job's result payload to stdout")
     result.add_argument("job_id", metavar="JOB_ID")
-    result.add_argument("--wait", action="store_true", help="first wait (up to --timeout) for the job to finish")
-    _add_list(commands)
-    _add_lifecycle(commands)
-    commands.add_parser(
+    result.add_argument(
+        "--wait", action="store_true", help="first wait for the job to settle: until it does, or for --timeout seconds"
+    )
+    latest = command(
+        "latest",
+        help="write the result of a resource key's latest version to stdout",
+        description="GetLatestResult: the result of the highest version submitted for RESOURCE_KEY, only once "
+        "that version SUCCEEDED (exit 4 while it has not); never an older version's result.",
+    )
+    latest.add_argument("resource_key", metavar="RESOURCE_KEY")
+    _add_list(command)
+    _add_lifecycle(command)
+    command(
         "dev",
         help="run the local stack (what `make run` runs): the API and two workers on loopback",
         description="Starts what `make run` starts, in the foreground: PostgreSQL from DATABASE_URL or an "
@@ -75,8 +77,47 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     return parser
 
 
-def _add_lifecycle(commands) -> None:
-    watch = commands.add_parser(
+def _add_global_options(parser: argparse.ArgumentParser, env: Mapping[str, str], *, with_defaults: bool) -> None:
+    def default(value: object) -> object:
+        return value if with_defaults else argparse.SUPPRESS
+
+    target = env.get("JOBS_API_TARGET") or TARGET_DEFAULT
+    group = parser.add_argument_group("global options (before or after the command)")
+    group.add_argument(
+        "--target", default=default(target), help=f"API address host:port (env JOBS_API_TARGET, now {target})"
+    )
+    group.add_argument("--token", default=default(env.get("JOBS_TOKEN")), help="tenant bearer token (env JOBS_TOKEN)")
+    group.add_argument(
+        "--tls-ca",
+        default=default(env.get("JOBS_TLS_CA_FILE") or None),
+        metavar="PATH",
+        help="CA certificate (PEM) to verify the API with; turns TLS on (env JOBS_TLS_CA_FILE)",
+    )
+    group.add_argument(
+        "--tls-cert",
+        default=default(env.get("JOBS_TLS_CLIENT_CERT_FILE") or None),
+        metavar="PATH",
+        help="client certificate (PEM) for mutual TLS (env JOBS_TLS_CLIENT_CERT_FILE)",
+    )
+    group.add_argument(
+        "--tls-key",
+        default=default(env.get("JOBS_TLS_CLIENT_KEY_FILE") or None),
+        metavar="PATH",
+        help="client private key (PEM) for mutual TLS (env JOBS_TLS_CLIENT_KEY_FILE)",
+    )
+    group.add_argument("--output", "-o", choices=["text", "json"], default=default("text"), help="default text")
+    group.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=default(None),
+        metavar="SECONDS",
+        help=f"seconds per call (default {TIMEOUT_SECONDS_DEFAULT:g}); for result --wait, how long to wait "
+        "(default: until the job settles)",
+    )
+
+
+def _add_lifecycle(command: Callable[..., argparse.ArgumentParser]) -> None:
+    watch = command(
         "watch",
         help="follow a job's transitions live until it settles; the exit code says how it ended",
         description="Prints each transition as it happens (with a live status line on a terminal) and exits "
@@ -90,12 +131,16 @@ def _add_lifecycle(commands) -> None:
     watch.add_argument(
         "--max-wait", type=_positive_float, default=None, metavar="SECONDS", help="give up after this long (exit 5)"
     )
-    cancel = commands.add_parser("cancel", help="cancel a job: at once if it waits, at its next heartbeat if running")
+    cancel = command(
+        "cancel",
+        help="cancel a job: at once if it waits; a running one stops within moments (its worker is notified)",
+        description="A PENDING, BLOCKED or RETRY_WAIT job is CANCELLED at once. For a RUNNING job a cancel is "
+        "requested: the database notifies its worker, which stops the handler within milliseconds (should the "
+        "notification be lost, at its next heartbeat, a third of the lease), and a late result is refused.",
+    )
     cancel.add_argument("job_id", metavar="JOB_ID")
     cancel.add_argument("--reason", default="", help="recorded in the job's history")
-    retry = commands.add_parser(
-        "retry", help="run a FAILED, CANCELLED or OUTCOME_UNKNOWN job again, recorded with who and why"
-    )
+    retry = command("retry", help="run a FAILED, CANCELLED or OUTCOME_UNKNOWN job again, recorded with who and why")
     retry.add_argument("job_id", metavar="JOB_ID")
     retry.add_argument("--reason", default="", help="recorded in the job's history")
     retry.add_argument(
@@ -103,12 +148,17 @@ def _add_lifecycle(commands) -> None:
         action="store_true",
         help="required for OUTCOME_UNKNOWN: the earlier attempt's effect may already have happened",
     )
-    events = commands.add_parser("events", help="a job's recorded transitions, oldest first (every page)")
+    events = command("events", help="a job's recorded transitions, oldest first (every page)")
     events.add_argument("job_id", metavar="JOB_ID")
 
 
-def _add_submit(commands) -> None:
-    submit = commands.add_parser("submit", help="submit a job; prints its id")
+def _add_submit(command: Callable[..., argparse.ArgumentParser]) -> None:
+    submit = command(
+        "submit",
+        help="submit a job; prints its id",
+        description=f"Times (--run-after, --deadline) are RFC 3339 with an offset ({TIME_EXAMPLE}) or a "
+        "span from now (90s, 10m, 2h, 1d, 1h30m).",
+    )
     submit.add_argument("kind", metavar="KIND", help="registered job kind, e.g. echo, sleep, flaky, summarize")
     payload = submit.add_mutually_exclusive_group()
     payload.add_argument("--payload", metavar="TEXT", help="payload as UTF-8 text; '-' reads stdin")
@@ -117,12 +167,52 @@ def _add_submit(commands) -> None:
     submit.add_argument("--priority", type=int, default=0, metavar="N", help="higher runs first; -1000 to 1000")
     submit.add_argument("--max-attempts", type=int, default=0, metavar="N", help="0 means the kind's default")
     submit.add_argument("--label", action="append", default=[], metavar="K=V", help="repeatable")
-    submit.add_argument("--resource-key", metavar="K", default="")
-    submit.add_argument("--resource-version", type=int, metavar="V", default=0)
+    submit.add_argument("--resource-key", metavar="K", default="", help="with --resource-version")
+    submit.add_argument(
+        "--resource-version", type=int, metavar="V", default=0, help="1 or more; a higher one supersedes"
+    )
+    submit.add_argument("--run-after", type=parse_time, metavar="TIME", help="not before this time")
+    submit.add_argument(
+        "--deadline", type=parse_time, metavar="TIME", help="no attempt starts after it (the job then ends FAILED)"
+    )
+    submit.add_argument(
+        "--depends-on",
+        action="append",
+        default=[],
+        metavar="JOB_ID",
+        help="repeatable; the job waits BLOCKED until each of these has SUCCEEDED",
+    )
+    submit.add_argument(
+        "--dedupe-by-input",
+        action="store_true",
+        help="attach to an identical job (same kind, payload and resource) instead of running again; "
+        "not with --idempotency-key",
+    )
 
 
-def _add_list(commands) -> None:
-    listing = commands.add_parser("list", help="list jobs, newest first")
+def _add_submit_batch(command: Callable[..., argparse.ArgumentParser]) -> None:
+    batch = command(
+        "submit-batch",
+        help="submit every job of a JSON-lines file; prints their ids in file order",
+        description="Each line is one SubmitJobRequest in the proto JSON form, as grpcurl takes it (payload in "
+        'base64): {"kind": "echo", "payload": "aGk=", "idempotency_key": "order-7"}. Blank lines are skipped. '
+        "The whole file is read and checked first; then the lines go in chunks, one SubmitJobs call each, "
+        "all or nothing per chunk. On a failure the ids of the chunks before it are already printed. "
+        "Lines with an idempotency_key make running the same file again safe.",
+    )
+    batch.add_argument("path", metavar="PATH", help="the JSON-lines file; '-' reads stdin")
+    batch.add_argument(
+        "--chunk-size",
+        type=_chunk_size,
+        default=CHUNK_SIZE_DEFAULT,
+        metavar="N",
+        help=f"jobs per SubmitJobs call, 1 to {CHUNK_SIZE_MAX} (default {CHUNK_SIZE_DEFAULT}); a chunk also "
+        f"stays under {CHUNK_BYTES_MAX // (1024 * 1024)} MiB",
+    )
+
+
+def _add_list(command: Callable[..., argparse.ArgumentParser]) -> None:
+    listing = command("list", help="list jobs, newest first")
     listing.add_argument(
         "--state",
         action="append",
@@ -145,6 +235,42 @@ def _positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError("must be greater than 0")
     return value
+
+
+def _chunk_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= CHUNK_SIZE_MAX:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {CHUNK_SIZE_MAX}")
+    return value
+
+
+def parse_time(text: str) -> datetime | timedelta:
+    """An absolute time (RFC 3339, with its offset), or a span to add to the moment the request is built."""
+    span = _SPAN_PATTERN.fullmatch(text.strip())
+    if span and any(span.groups()):
+        days, hours, minutes, seconds = (float(part or 0) for part in span.groups())
+        return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a time: {text!r}; give RFC 3339 ({TIME_EXAMPLE}) or a span from now (90s, 10m, 2h, 1d)"
+        ) from None
+    if moment.tzinfo is None:
+        # A time without an offset means a different instant on every machine that reads it.
+        raise argparse.ArgumentTypeError(f"{text!r} has no UTC offset; add Z or +HH:MM, e.g. {TIME_EXAMPLE}")
+    return moment
+
+
+def _timestamp(when: datetime | timedelta | None, now: datetime) -> timestamp_pb2.Timestamp | None:
+    if when is None:
+        return None
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(now + when if isinstance(when, timedelta) else when)
+    return stamp
 
 
 def parse_labels(pairs: Sequence[str]) -> dict[str, str]:
@@ -171,19 +297,25 @@ def read_payload(args: argparse.Namespace, stdin: BinaryIO) -> bytes:
     return (args.payload or "").encode("utf-8")
 
 
-def submit_request(args: argparse.Namespace, stdin: BinaryIO) -> jobs_pb2.SubmitJobRequest:
-    """Checks only what the CLI can know better than the server: pairs of flags and their syntax."""
+def submit_request(args: argparse.Namespace, stdin: BinaryIO, now: datetime | None = None) -> jobs_pb2.SubmitJobRequest:
+    """Checks only what the CLI can know better than the server: pairs of flags and their syntax.
+    Spans (--run-after 10m) count from `now`, the same instant for both times."""
     if bool(args.resource_key) != bool(args.resource_version):
         raise UsageError("--resource-key and --resource-version go together")
+    now = now or datetime.now(UTC)
     return jobs_pb2.SubmitJobRequest(
         kind=args.kind,
         payload=read_payload(args, stdin),
         idempotency_key=args.idempotency_key,
         priority=args.priority,
+        run_after=_timestamp(args.run_after, now),
         max_attempts=args.max_attempts,
+        deadline=_timestamp(args.deadline, now),
         labels=parse_labels(args.label),
         resource_key=args.resource_key,
         resource_version=args.resource_version,
+        depends_on=args.depends_on,
+        dedupe_by_input=args.dedupe_by_input,
     )
 
 

@@ -11,6 +11,7 @@ from jobs.v1 import jobs_pb2, jobs_pb2_grpc
 from jobsctl.arguments import list_request, submit_request
 from jobsctl.rendering import events_table, job_text, jobs_table, message_json, state_name
 from jobsctl.rpc_errors import EXIT_OK
+from jobsctl.submit_batch import run_submit_batch
 from jobsctl.watch import EXIT_BY_SETTLED_STATE, follow, run_watch
 
 EVENTS_PAGE_SIZE = 200
@@ -56,9 +57,10 @@ def run_get(call: Call, args: argparse.Namespace, console: Console) -> int:
 
 
 def run_result(call: Call, args: argparse.Namespace, console: Console) -> int:
-    """With --wait, a job that settles without succeeding exits with its outcome's code, no result."""
+    """With --wait, a job that settles without succeeding exits with its outcome's code, no result.
+    The wait is bounded only by a --timeout the user gave: the per-call default would cut it short."""
     if args.wait:
-        states = list(follow(call.stub, args.job_id, call.metadata, max_wait=call.timeout))
+        states = list(follow(call.stub, args.job_id, call.metadata, max_wait=args.timeout))
         settled = states[-1] if states else None
         if settled is not None and settled.state != jobs_pb2.JOB_STATE_SUCCEEDED:
             print(f"jobsctl: job {args.job_id} ended {state_name(settled.state)}", file=console.stderr)
@@ -71,6 +73,19 @@ def run_result(call: Call, args: argparse.Namespace, console: Console) -> int:
         return EXIT_OK
     console.stdout.flush()
     console.stdout_bytes.write(result.payload)
+    console.stdout_bytes.flush()
+    return EXIT_OK
+
+
+def run_latest(call: Call, args: argparse.Namespace, console: Console) -> int:
+    request = jobs_pb2.GetLatestResultRequest(resource_key=args.resource_key)
+    latest = call.stub.GetLatestResult(request, timeout=call.timeout, metadata=call.metadata)
+    if args.output == "json":
+        print(message_json(latest), file=console.stdout)
+        return EXIT_OK
+    print(f"{latest.resource_key} version {latest.resource_version}: job {latest.job.job_id}", file=console.stderr)
+    console.stdout.flush()
+    console.stdout_bytes.write(latest.result.payload)
     console.stdout_bytes.flush()
     return EXIT_OK
 
@@ -133,8 +148,10 @@ def run_events(call: Call, args: argparse.Namespace, console: Console) -> int:
 
 COMMANDS = {
     "submit": run_submit,
+    "submit-batch": run_submit_batch,
     "get": run_get,
     "result": run_result,
+    "latest": run_latest,
     "list": run_list,
     "watch": run_watch,
     "cancel": run_cancel,

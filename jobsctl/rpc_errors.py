@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from typing import TextIO
 
 import grpc
 from google.rpc import error_details_pb2
@@ -18,6 +20,8 @@ EXIT_UNAVAILABLE = 5
 EXIT_JOB_FAILED = 6
 EXIT_JOB_CANCELLED = 7
 EXIT_JOB_OUTCOME_UNKNOWN = 8
+# The field every request that names a job names it with.
+JOB_ID_FIELD = "job_id"
 
 _EXIT_BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: EXIT_USAGE,
@@ -38,7 +42,13 @@ class RpcFailure:
 
     @property
     def exit_code(self) -> int:
+        if self.code == grpc.StatusCode.INVALID_ARGUMENT and self._only_the_job_id_is_malformed():
+            # No job has an id of the wrong shape: to a script it is the same as a job that is not there.
+            return EXIT_NOT_FOUND
         return _EXIT_BY_CODE.get(self.code, EXIT_OTHER)
+
+    def _only_the_job_id_is_malformed(self) -> bool:
+        return bool(self.field_violations) and all(f == JOB_ID_FIELD for f, _ in self.field_violations)
 
     def as_dict(self) -> dict:
         """The --output json form, written to stderr."""
@@ -52,7 +62,10 @@ class RpcFailure:
         return {"error": error}
 
     def as_text(self) -> str:
-        head = f"error: {self.code.name}: {self.message}"
+        head = f"error: {self.code.name}"
+        # The API's message for invalid input is its field violations joined; they follow one a line.
+        if self.message and self.message != "; ".join(f"{f}: {d}" for f, d in self.field_violations):
+            head += f": {self.message}"
         if self.reason and self.reason != self.code.name:
             head += f" (reason {self.reason})"
         lines = [head]
@@ -60,6 +73,15 @@ class RpcFailure:
         if self.retry_after_seconds is not None:
             lines.append(f"  retry after {self.retry_after_seconds:g}s")
         return "\n".join(lines)
+
+
+def report(failure: RpcFailure, output: str, stderr: TextIO) -> int:
+    """Writes the failure to stderr, as text or json (`output`); returns the exit code."""
+    if output == "json":
+        print(json.dumps(failure.as_dict(), indent=2), file=stderr)
+    else:
+        print(f"jobsctl: {failure.as_text()}", file=stderr)
+    return failure.exit_code
 
 
 def describe(error: grpc.RpcError) -> RpcFailure:

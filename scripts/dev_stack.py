@@ -1,8 +1,10 @@
 """`make run`: the API and two worker replicas on loopback, for trying the service on one machine.
 
 Uses DATABASE_URL when it is set; otherwise an embedded PostgreSQL (the `embedded` extra, installed on first
-use) keeps its data in .dev/pgdata. Tokens are made fresh on every start and only their hashes are written.
-Stays in the foreground; Ctrl-C or SIGTERM stops the workers, then the API, then the embedded PostgreSQL.
+use) keeps its data in .dev/pgdata. The dev tokens are made on the first start and kept in .dev/dev-tokens.toml
+(mode 0600), so a JOBS_TOKEN exported from one run still works after a restart; the API's principals file
+holds only their hashes. Stays in the foreground; Ctrl-C or SIGTERM drains and stops the workers, then the
+API, then the embedded PostgreSQL, saying so on the console.
 """
 
 from __future__ import annotations
@@ -26,10 +28,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DEV_DIR = REPO / ".dev"
-PGDATA = DEV_DIR / "pgdata"
-LOG_DIR = DEV_DIR / "logs"
-TOKENS_FILE = DEV_DIR / "tokens.toml"
+
+
+@dataclass(frozen=True)
+class DevPaths:
+    """Where the stack keeps its state: .dev/ in the checkout, or JOBS_DEV_DIR (a test's own directory)."""
+
+    root: Path
+
+    @classmethod
+    def from_env(cls, env) -> DevPaths:
+        return cls(Path(env["JOBS_DEV_DIR"]).resolve() if env.get("JOBS_DEV_DIR") else REPO / ".dev")
+
+    @property
+    def pgdata(self) -> Path:
+        return self.root / "pgdata"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def principals(self) -> Path:
+        """What the API reads: hashes only."""
+        return self.root / "tokens.toml"
+
+    @property
+    def tokens(self) -> Path:
+        """The plain dev tokens, kept so that they survive a restart; readable by the owner only."""
+        return self.root / "dev-tokens.toml"
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
 @dataclass(frozen=True)
@@ -60,8 +91,13 @@ EMBEDDED_DATABASE = "jobs"
 
 SERVING_TIMEOUT_SECONDS = 60.0
 MIGRATE_TIMEOUT_SECONDS = 120.0
-# Above the services' own shutdown grace (workers 20 s, API 10 s), so a clean drain is never cut short.
-STOP_TIMEOUT_SECONDS = 30.0
+# The services' own shutdown grace unless JOBS_SHUTDOWN_GRACE_SECONDS says otherwise (worker_service and
+# api_service settings): shown on the console while they drain.
+WORKER_SHUTDOWN_GRACE_SECONDS = 20.0
+API_SHUTDOWN_GRACE_SECONDS = 10.0
+# Past the grace, the time to hand back leases and close; a clean drain is never cut short.
+STOP_MARGIN_SECONDS = 10.0
+TOKENS_FILE_MODE = 0o600
 POLL_SECONDS = 0.2
 
 
@@ -84,14 +120,19 @@ class Child:
 @dataclass
 class Stack:
     addresses: Addresses
+    paths: DevPaths
     stop_requested: threading.Event = field(default_factory=threading.Event)
     children: list[Child] = field(default_factory=list)
     embedded_server: object | None = None
 
     def check(self) -> None:
-        """Raises if Ctrl-C came or a child exited; called from every wait."""
+        """Raises if Ctrl-C came or a child exited; called from every wait while starting."""
         if self.stop_requested.is_set():
             raise StackError("interrupted")
+        self.check_children()
+
+    def check_children(self) -> None:
+        """Raises if a child exited. Once the stack runs, Ctrl-C is the way out, not an error."""
         for child in self.children:
             code = child.process.poll()
             if code is not None:
@@ -102,19 +143,21 @@ class Stack:
 
 def main() -> int:
     started = time.monotonic()
-    stack = Stack(Addresses.from_env(os.environ))
+    stack = Stack(Addresses.from_env(os.environ), DevPaths.from_env(os.environ))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stack.stop_requested.set())
     try:
         _check_ports_free(stack.addresses)
+        stack.paths.root.mkdir(parents=True, exist_ok=True)
         database_url = _database_url(stack)
-        _migrate(database_url)
-        tenant_token, worker_token = _write_tokens_file()
+        _migrate(stack.paths, database_url)
+        tenant_token, worker_token = _dev_tokens(stack.paths)
+        _write_principals_file(stack.paths, tenant_token, worker_token)
         _start_api(stack, database_url)
         _wait_until_serving(stack, started)
         _start_workers(stack, database_url, worker_token)
         _wait_for_workers(stack)
-        _print_welcome(stack.addresses, time.monotonic() - started, tenant_token)
+        _print_welcome(stack, time.monotonic() - started, tenant_token)
         return _supervise(stack)
     except StackError as exc:
         print(f"dev stack: {exc}", file=sys.stderr)
@@ -138,14 +181,14 @@ def _database_url(stack: Stack) -> str:
         print("using DATABASE_URL from the environment")
         return url
     server_module = _embedded_postgres_module()
-    DEV_DIR.mkdir(exist_ok=True)
-    print(f"starting the embedded PostgreSQL in {PGDATA.relative_to(REPO)}")
+    pgdata = stack.paths.pgdata
+    print(f"starting the embedded PostgreSQL in {_shown(pgdata)}")
     try:
         # cleanup_mode=None: this script stops the server itself, after the services that use it.
-        stack.embedded_server = server_module.get_server(PGDATA, cleanup_mode=None)
+        stack.embedded_server = server_module.get_server(pgdata, cleanup_mode=None)
         _create_database(stack.embedded_server.get_uri(), EMBEDDED_DATABASE)
     except Exception as exc:  # the package raises assorted types; all mean the same to a newcomer
-        raise StackError(f"the embedded PostgreSQL did not start ({exc}); see {PGDATA / 'log'}") from exc
+        raise StackError(f"the embedded PostgreSQL did not start ({exc}); see {pgdata / 'log'}") from exc
     return stack.embedded_server.get_uri(database=EMBEDDED_DATABASE)
 
 
@@ -174,9 +217,9 @@ def _create_database(admin_url: str, name: str) -> None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-def _migrate(database_url: str) -> None:
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    log_path = LOG_DIR / "migrate.log"
+def _migrate(paths: DevPaths, database_url: str) -> None:
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    log_path = paths.logs / "migrate.log"
     command = [sys.executable, "-m", "api_service", "migrate"]
     try:
         with log_path.open("wb") as log:
@@ -196,11 +239,39 @@ def _migrate(database_url: str) -> None:
     print("migrations applied")
 
 
-def _write_tokens_file() -> tuple[str, str]:
-    """Only SHA-256 hashes go to disk; the plain tokens live in this process and its children's env."""
+def _dev_tokens(paths: DevPaths) -> tuple[str, str]:
+    """The tenant and worker tokens of earlier runs, or new ones kept for the next run."""
+    try:
+        with paths.tokens.open("rb") as kept:
+            stored = tomllib.load(kept)
+        tokens = (stored["tenant_token"], stored["worker_token"])
+    except FileNotFoundError:
+        tokens = None
+    except (OSError, tomllib.TOMLDecodeError, KeyError) as exc:
+        print(f"{_shown(paths.tokens)} is unreadable ({exc}); making new dev tokens")
+        tokens = None
+    if tokens is not None and all(isinstance(t, str) and t for t in tokens):
+        if paths.tokens.stat().st_mode & 0o077:
+            paths.tokens.chmod(TOKENS_FILE_MODE)
+            print(f"{_shown(paths.tokens)} was readable by others; now owner-only")
+        print(f"dev tokens reused from {_shown(paths.tokens)}")
+        return tokens
     tenant_token, worker_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
-    TOKENS_FILE.write_text(
-        "# Written by `make run` on every start; the tokens themselves are printed, never stored.\n"
+    _write_private(
+        paths.tokens,
+        "# The dev stack's bearer tokens, reused on every `make run`; delete this file for new ones.\n"
+        f'tenant_token = "{tenant_token}"  # tenant "{DEV_TENANT}"\n'
+        f'worker_token = "{worker_token}"\n',
+    )
+    print(f"new dev tokens kept in {_shown(paths.tokens)}")
+    return tenant_token, worker_token
+
+
+def _write_principals_file(paths: DevPaths, tenant_token: str, worker_token: str) -> None:
+    """What the API authenticates with: only SHA-256 hashes."""
+    _write_private(
+        paths.principals,
+        f"# Written by `make run` on every start, from the tokens in {paths.tokens.name}.\n"
         "[[principal]]\n"
         f'token_sha256 = "{_sha256_hex(tenant_token)}"\n'
         f'tenant = "{DEV_TENANT}"\n\n'
@@ -208,10 +279,17 @@ def _write_tokens_file() -> tuple[str, str]:
         f'token_sha256 = "{_sha256_hex(worker_token)}"\n'
         'role = "worker"\n'
         'name = "dev"\n',
-        encoding="utf-8",
     )
-    TOKENS_FILE.chmod(0o600)
-    return tenant_token, worker_token
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Created owner-only before a byte is written, and swapped in whole."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.unlink(missing_ok=True)
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, TOKENS_FILE_MODE)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.replace(partial, path)
 
 
 def _sha256_hex(token: str) -> str:
@@ -219,7 +297,7 @@ def _sha256_hex(token: str) -> str:
 
 
 def _start_child(stack: Stack, name: str, module: str, env: dict[str, str]) -> None:
-    log_path = LOG_DIR / f"{name}.log"
+    log_path = stack.paths.logs / f"{name}.log"
     with log_path.open("wb") as log:
         # A session of its own, so Ctrl-C reaches only this script, which then stops children in order.
         process = subprocess.Popen(
@@ -239,7 +317,7 @@ def _start_api(stack: Stack, database_url: str) -> None:
         "DATABASE_URL": database_url,
         "JOBS_API_LISTEN": stack.addresses.api,
         "JOBS_METRICS_LISTEN": stack.addresses.api_metrics,
-        "JOBS_TOKENS_FILE": str(TOKENS_FILE),
+        "JOBS_TOKENS_FILE": str(stack.paths.principals),
     }
     _start_child(stack, "api", "api_service", env)
 
@@ -274,7 +352,9 @@ def _wait_until_serving(stack: Stack, started: float) -> None:
                     print(f"API serving on {stack.addresses.api} after {time.monotonic() - started:.1f}s")
                     return
             time.sleep(POLL_SECONDS)
-    raise StackError(f"the API was not SERVING within {SERVING_TIMEOUT_SECONDS:.0f}s; see {LOG_DIR}/api.log")
+    raise StackError(
+        f"the API was not SERVING within {SERVING_TIMEOUT_SECONDS:.0f}s; see {_shown(stack.paths.logs)}/api.log"
+    )
 
 
 def _wait_for_workers(stack: Stack) -> None:
@@ -284,7 +364,8 @@ def _wait_for_workers(stack: Stack) -> None:
     while waiting:
         stack.check()
         if time.monotonic() > deadline:
-            raise StackError(f"workers not up within {SERVING_TIMEOUT_SECONDS:.0f}s; see {LOG_DIR}/worker-*.log")
+            logs = _shown(stack.paths.logs)
+            raise StackError(f"workers not up within {SERVING_TIMEOUT_SECONDS:.0f}s; see {logs}/worker-*.log")
         if _http_answers(f"http://{waiting[0]}/metrics"):
             waiting.pop(0)
         else:
@@ -299,16 +380,18 @@ def _http_answers(url: str) -> bool:
         return False
 
 
-def _print_welcome(addresses: Addresses, seconds: float, tenant_token: str) -> None:
+def _print_welcome(stack: Stack, seconds: float, tenant_token: str) -> None:
+    addresses = stack.addresses
     host, port = addresses.api.rsplit(":", 1)
     target = "" if addresses.api == Addresses().api else f"  export JOBS_API_TARGET={addresses.api}\n"
     print(
         f"""
 Ready in {seconds:.1f}s: API on {addresses.api} (metrics http://{addresses.api_metrics}/metrics),
 workers with metrics on {", ".join(f"http://{m}/metrics" for m in addresses.worker_metrics)}.
-Logs: {LOG_DIR.relative_to(REPO)}/*.log. Ctrl-C stops everything.
+Logs: {_shown(stack.paths.logs)}/*.log. Ctrl-C drains and stops everything.
 
-In another shell (the token is new on every start, for tenant "{DEV_TENANT}"):
+In another shell (tenant "{DEV_TENANT}"; the token stays the same across restarts, kept in
+{_shown(stack.paths.tokens)}: delete that file for a new one):
 
 {target}  export JOBS_TOKEN={tenant_token}
   .venv/bin/jobsctl submit echo --payload 'hello'        # prints the job id
@@ -330,12 +413,13 @@ def _supervise(stack: Stack) -> int:
     """Waits for Ctrl-C or SIGTERM; a child that dies on its own stops the stack with an error."""
     while not stack.stop_requested.wait(POLL_SECONDS):
         try:
-            stack.check()
+            # Not check(): a Ctrl-C landing between the wait and here would read as a failure.
+            stack.check_children()
         except StackError as exc:
             print(f"dev stack: {exc}", file=sys.stderr)
             return 1
     database = ", then the embedded PostgreSQL" if stack.embedded_server is not None else ""
-    print(f"\nstopping: the workers, then the API{database}")
+    print(f"\nstopping: the workers, then the API{database}", flush=True)
     return 0
 
 
@@ -343,20 +427,46 @@ def _stop(stack: Stack) -> None:
     # Workers first: they hand back their leases through the API while it still answers.
     workers = [c for c in stack.children if c.name != "api"]
     api = [c for c in stack.children if c.name == "api"]
-    for group in (workers, api):
-        for child in group:
-            if child.process.poll() is None:
-                child.process.send_signal(signal.SIGTERM)
-        for child in group:
-            try:
-                child.process.wait(STOP_TIMEOUT_SECONDS)
-            except subprocess.TimeoutExpired:
-                print(f"{child.name} did not stop within {STOP_TIMEOUT_SECONDS:.0f}s; killing it", file=sys.stderr)
-                child.process.kill()
-                child.process.wait()
+    worker_grace = _shutdown_grace(WORKER_SHUTDOWN_GRACE_SECONDS)
+    api_grace = _shutdown_grace(API_SHUTDOWN_GRACE_SECONDS)
+    _drain(
+        workers,
+        worker_grace,
+        f"draining the workers: running jobs get up to {worker_grace:g}s to finish, the rest are handed back",
+    )
+    _drain(api, api_grace, f"draining the API: calls in flight get up to {api_grace:g}s")
     if stack.embedded_server is not None:
         stack.embedded_server.stop()
-        print("embedded PostgreSQL stopped")
+        print("embedded PostgreSQL stopped", flush=True)
+
+
+def _shutdown_grace(default: float) -> float:
+    try:
+        return float(os.environ.get("JOBS_SHUTDOWN_GRACE_SECONDS") or default)
+    except ValueError:
+        return default
+
+
+def _drain(group: list[Child], grace: float, announcement: str) -> None:
+    """SIGTERM to each still running, then waits for each and says how long its drain took."""
+    running = [child for child in group if child.process.poll() is None]
+    if not running:
+        return
+    print(announcement, flush=True)
+    started = time.monotonic()
+    for child in running:
+        child.process.send_signal(signal.SIGTERM)
+    for child in running:
+        timeout = max(grace + STOP_MARGIN_SECONDS - (time.monotonic() - started), 0.1)
+        try:
+            code = child.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            print(f"{child.name} did not stop within {grace + STOP_MARGIN_SECONDS:g}s; killing it", file=sys.stderr)
+            child.process.kill()
+            child.process.wait()
+            continue
+        outcome = "drained and stopped" if code == 0 else f"stopped with exit code {code}"
+        print(f"{child.name} {outcome} after {time.monotonic() - started:.1f}s", flush=True)
 
 
 if __name__ == "__main__":

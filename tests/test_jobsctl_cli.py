@@ -8,6 +8,8 @@ import re
 import shlex
 import sys
 import time
+import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -17,11 +19,19 @@ from google.rpc import error_details_pb2, status_pb2
 
 from jobs.v1 import jobs_pb2
 from jobsctl.__main__ import main
-from jobsctl.arguments import UsageError, build_parser, list_request, submit_request
-from jobsctl.commands import COMMANDS, Console
+from jobsctl.arguments import (
+    TIMEOUT_SECONDS_DEFAULT,
+    UsageError,
+    build_parser,
+    list_request,
+    parse_time,
+    submit_request,
+)
+from jobsctl.commands import COMMANDS, Call, Console
 from jobsctl.dev import run_dev
 from jobsctl.rendering import events_table, job_text, jobs_table, message_json, parse_state, transition_line
 from jobsctl.rpc_errors import describe
+from jobsctl.submit_batch import BatchLine, chunked, read_batch
 from jobsctl.watch import EXIT_BY_SETTLED_STATE, StatusLine, follow
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -49,12 +59,16 @@ def test_target_and_token_come_from_the_environment_unless_given() -> None:
 
 
 def test_submit_builds_the_request_from_every_flag() -> None:
+    first, second = str(uuid.uuid4()), str(uuid.uuid4())
     args = _parse(
         "submit", "echo", "--payload", "héllo", "--idempotency-key", "k1", "--priority", "7",
         "--max-attempts", "4", "--label", "team=core", "--label", "env=a=b",
         "--resource-key", "doc-1", "--resource-version", "3",
+        "--run-after", "2030-01-31T10:00:00+01:00", "--deadline", "2h",
+        "--depends-on", first, "--depends-on", second, "--dedupe-by-input",
     )  # fmt: skip
-    request = submit_request(args, io.BytesIO())
+    now = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    request = submit_request(args, io.BytesIO(), now=now)
     assert request == jobs_pb2.SubmitJobRequest(
         kind="echo",
         payload="héllo".encode(),
@@ -64,7 +78,172 @@ def test_submit_builds_the_request_from_every_flag() -> None:
         labels={"team": "core", "env": "a=b"},
         resource_key="doc-1",
         resource_version=3,
+        run_after=timestamp_pb2.Timestamp(seconds=int(datetime(2030, 1, 31, 9, 0, tzinfo=UTC).timestamp())),
+        deadline=timestamp_pb2.Timestamp(seconds=int((now + timedelta(hours=2)).timestamp())),
+        depends_on=[first, second],
+        dedupe_by_input=True,
     )
+
+
+def test_without_time_flags_the_request_has_no_times() -> None:
+    request = submit_request(_parse("submit", "echo"), io.BytesIO())
+    assert not request.HasField("run_after") and not request.HasField("deadline")
+    assert (list(request.depends_on), request.dedupe_by_input) == ([], False)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("90s", timedelta(seconds=90)),
+        ("+10m", timedelta(minutes=10)),
+        ("1h30m", timedelta(hours=1, minutes=30)),
+        ("1.5d", timedelta(days=1.5)),
+        ("2030-01-31T09:00:00Z", datetime(2030, 1, 31, 9, 0, tzinfo=UTC)),
+        ("2030-01-31T09:00:00.250-05:00", datetime(2030, 1, 31, 14, 0, 0, 250_000, tzinfo=UTC)),
+    ],
+)
+def test_times_are_rfc3339_with_an_offset_or_a_span_from_now(text: str, expected: object) -> None:
+    assert parse_time(text) == expected
+
+
+@pytest.mark.parametrize("text", ["2030-01-31T09:00:00", "tomorrow", "", "10x", "m"])
+def test_a_time_without_an_offset_or_unreadable_is_a_usage_error(text: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        _parse("submit", "echo", "--run-after", text)
+    assert exit_info.value.code == 2
+
+
+def test_global_options_may_follow_the_command() -> None:
+    args = _parse("result", "--wait", "--timeout", "20", "job-1")
+    assert (args.wait, args.timeout, args.job_id) == (True, 20.0, "job-1")
+    args = _parse("get", "j", "--target", "h:2", "-o", "json", "--token", "t")
+    assert (args.target, args.output, args.token) == ("h:2", "json", "t")
+    # Written before the command and not after it, a value stays; written after, it wins.
+    before = _parse("--target", "h:1", "--timeout", "3", "get", "j")
+    assert (before.target, before.timeout, before.output) == ("h:1", 3.0, "text")
+    assert _parse("--target", "h:1", "get", "j", "--target", "h:2").target == "h:2"
+    assert _parse("get", "j", env={"JOBS_API_TARGET": "env:1"}).target == "env:1"
+    assert _parse("get", "j").timeout is None, "no --timeout: per-call default, and result --wait waits on"
+
+
+class _ResultStub:
+    """WatchJob and GetJobResult of a job that is already SUCCEEDED; records each call's timeout."""
+
+    def __init__(self) -> None:
+        self.timeouts: dict[str, float | None] = {}
+
+    def WatchJob(self, request, timeout, metadata):  # noqa: N802 - the generated stub's name
+        self.timeouts["WatchJob"] = timeout
+        return _Stream([_state(jobs_pb2.JOB_STATE_SUCCEEDED, 3)])
+
+    def GetJobResult(self, request, timeout, metadata):  # noqa: N802
+        self.timeouts["GetJobResult"] = timeout
+        return jobs_pb2.JobResult(job_id=request.job_id, payload=b"done")
+
+
+@pytest.mark.parametrize(("argv", "watch_timeout"), [((), None), (("--timeout", "20"), 20.0)])
+def test_result_wait_waits_until_the_job_settles_unless_a_timeout_is_given(argv, watch_timeout) -> None:
+    stub = _ResultStub()
+    args = _parse("result", "--wait", "j", *argv)
+    console, _, out_bytes, _ = _console()
+    call = Call(stub, "token", args.timeout or TIMEOUT_SECONDS_DEFAULT)
+    assert COMMANDS["result"](call, args, console) == 0
+    assert out_bytes.getvalue() == b"done"
+    watched = stub.timeouts["WatchJob"]
+    assert watched is None if watch_timeout is None else 0 < watched <= watch_timeout
+    assert stub.timeouts["GetJobResult"] == (watch_timeout or TIMEOUT_SECONDS_DEFAULT)
+
+
+def _batch_file(*lines: str) -> io.BytesIO:
+    return io.BytesIO("".join(line + "\n" for line in lines).encode())
+
+
+def test_a_batch_file_is_one_submit_request_per_line_blank_lines_skipped() -> None:
+    source = _batch_file(
+        '{"kind": "echo", "payload": "aGk=", "idempotency_key": "a"}',
+        "",
+        '{"kind": "sleep", "depends_on": ["00000000-0000-4000-8000-000000000000"], "labels": {"x": "1"}}',
+    )
+    lines = read_batch(source)
+    assert [line.number for line in lines] == [1, 3]
+    assert lines[0].request == jobs_pb2.SubmitJobRequest(kind="echo", payload=b"hi", idempotency_key="a")
+    assert list(lines[1].request.depends_on) == ["00000000-0000-4000-8000-000000000000"]
+
+
+def test_bad_batch_lines_are_all_named_before_anything_is_sent() -> None:
+    source = _batch_file('{"kind": "echo"}', "not json", '{"kind": "echo", "colour": "red"}', '{"kind": "echo"}')
+    with pytest.raises(UsageError) as refused:
+        read_batch(source)
+    text = str(refused.value)
+    assert "nothing was sent" in text
+    assert [line.split(":")[0].strip() for line in text.splitlines()[1:]] == ["line 2", "line 3"]
+    assert "colour" in text
+
+
+def _batch_lines(count: int, payload: bytes = b"") -> list[BatchLine]:
+    return [BatchLine(n, jobs_pb2.SubmitJobRequest(kind="echo", payload=payload)) for n in range(1, count + 1)]
+
+
+def test_batches_are_chunked_by_count_and_by_encoded_size() -> None:
+    assert [len(c) for c in chunked(_batch_lines(7), 3)] == [3, 3, 1]
+    big = _batch_lines(5, payload=b"x" * 1000)
+    by_size = list(chunked(big, 100, max_bytes=2500))
+    assert [len(c) for c in by_size] == [2, 2, 1]
+    assert [line.number for chunk in by_size for line in chunk] == [1, 2, 3, 4, 5]
+    assert [len(c) for c in chunked(_batch_lines(2, payload=b"x" * 5000), 100, max_bytes=2500)] == [1, 1]
+
+
+class _BatchStub:
+    """SubmitJobs that accepts its first `accepted` chunks and refuses the next like the API does."""
+
+    def __init__(self, accepted: int, refusal: grpc.RpcError) -> None:
+        self.accepted, self.refusal = accepted, refusal
+        self.chunks: list[int] = []
+
+    def SubmitJobs(self, request, timeout, metadata):  # noqa: N802
+        self.chunks.append(len(request.jobs))
+        if len(self.chunks) > self.accepted:
+            raise self.refusal
+        return jobs_pb2.SubmitJobsResponse(
+            results=[
+                jobs_pb2.SubmitJobResponse(job=jobs_pb2.Job(job_id=f"id-{len(self.chunks)}-{i}"), created=True)
+                for i in range(len(request.jobs))
+            ]
+        )
+
+
+def test_a_refused_chunk_names_file_lines_and_earlier_chunks_stay_printed(tmp_path) -> None:
+    path = tmp_path / "jobs.jsonl"
+    path.write_text('{"kind": "echo"}\n\n{"kind": "echo"}\n{"kind": "echo"}\n{"kind": "nope"}\n{"kind": "echo"}\n')
+    stub = _BatchStub(1, _invalid("jobs[1].kind"))
+    console, out, _, err = _console()
+    args = _parse("submit-batch", str(path), "--chunk-size", "2")
+    assert COMMANDS["submit-batch"](Call(stub, "t", 5.0), args, console) == 2
+    assert stub.chunks == [2, 2], "the chunk after the refused one is not sent"
+    assert out.getvalue().split() == ["id-1-0", "id-1-1"]
+    assert err.getvalue().splitlines() == [
+        "jobsctl: error: INVALID_ARGUMENT",
+        "  line 5: kind: bad",
+        "jobsctl: lines 4-5 were not submitted, nor any line after them; "
+        "2 jobs of the lines before were submitted (their ids are on stdout)",
+    ]
+
+
+def test_a_lost_answer_says_the_chunk_may_exist_and_a_rerun_is_safe_with_keys(tmp_path) -> None:
+    stub = _BatchStub(0, _FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
+    console, out, _, err = _console(b'{"kind": "echo", "idempotency_key": "k"}\n')
+    assert COMMANDS["submit-batch"](Call(stub, "t", 5.0), _parse("submit-batch", "-"), console) == 5
+    assert out.getvalue() == ""
+    assert "lines 1-1 may or may not have been submitted" in err.getvalue()
+    assert "idempotency_key" in err.getvalue()
+
+
+def test_cancel_help_says_a_running_job_is_stopped_by_notification(capsys) -> None:
+    with pytest.raises(SystemExit):
+        _parse("cancel", "--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "next heartbeat" not in text.split("should the notification be lost")[0]
+    assert "notifies its worker" in text and "within milliseconds" in text
 
 
 @pytest.mark.parametrize("flag", ["--payload", "--payload-file"])
@@ -213,12 +392,40 @@ def test_invalid_argument_shows_each_field_violation_and_exits_2() -> None:
     )
     failure = describe(error)
     assert failure.exit_code == 2
+    # The API's message is the violations joined: shown once, one a line, not again on the first.
     assert failure.as_text().splitlines() == [
-        "error: INVALID_ARGUMENT: kind: bad; priority: out of range",
+        "error: INVALID_ARGUMENT",
         "  kind: bad",
         "  priority: out of range",
     ]
     assert failure.as_dict()["error"]["field_violations"][1] == {"field": "priority", "description": "out of range"}
+    assert failure.as_dict()["error"]["message"] == "kind: bad; priority: out of range"
+
+
+def test_a_message_that_says_more_than_the_violations_is_kept() -> None:
+    violation = error_details_pb2.BadRequest.FieldViolation(field="kind", description="bad")
+    error = _FakeRpcError(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "the batch is refused",
+        [error_details_pb2.BadRequest(field_violations=[violation])],
+    )
+    assert describe(error).as_text().splitlines() == ["error: INVALID_ARGUMENT: the batch is refused", "  kind: bad"]
+
+
+def _invalid(*fields: str) -> _FakeRpcError:
+    violations = [error_details_pb2.BadRequest.FieldViolation(field=f, description="bad") for f in fields]
+    message = "; ".join(f"{f}: bad" for f in fields)
+    return _FakeRpcError(
+        grpc.StatusCode.INVALID_ARGUMENT, message, [error_details_pb2.BadRequest(field_violations=violations)]
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "exit_code"),
+    [(["job_id"], 3), (["job_id", "reason"], 2), (["depends_on[0]"], 2), (["kind"], 2)],
+)
+def test_a_malformed_job_id_exits_like_a_job_that_is_not_there(fields: list[str], exit_code: int) -> None:
+    assert describe(_invalid(*fields)).exit_code == exit_code
 
 
 def test_reason_and_retry_delay_are_shown() -> None:
@@ -445,3 +652,47 @@ def test_every_jobsctl_command_in_the_docs_parses() -> None:
             _parse(*words)
         except SystemExit:
             pytest.fail(f"{name}: `jobsctl {' '.join(words)}` does not parse")
+
+
+_CITED_DOC = re.compile(r"\bdocs/[A-Za-z_]+\.md\b")
+_NOT_SOURCES = {".git", ".venv", ".dev", "node_modules", "build", "dist"}
+
+
+def test_every_docs_page_a_file_cites_exists() -> None:
+    cited: dict[str, set[str]] = {}
+    for path in REPO_ROOT.rglob("*"):
+        if not path.is_file() or _NOT_SOURCES & set(path.relative_to(REPO_ROOT).parts):
+            continue
+        if path.suffix not in {".md", ".py", ".proto", ".yaml", ".yml", ".toml", ".sh", ""}:
+            continue
+        for page in _CITED_DOC.findall(path.read_text(errors="replace")):
+            cited.setdefault(page, set()).add(str(path.relative_to(REPO_ROOT)))
+    assert "Dockerfile" in cited.get("docs/ARCHITECTURE.md", set())
+    missing = {page: sorted(files) for page, files in cited.items() if not (REPO_ROOT / page).is_file()}
+    assert not missing, f"cited but absent: {missing}"
+
+
+def _section(path: str, heading: str) -> str:
+    text = (REPO_ROOT / path).read_text()
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return " ".join(text[start : end if end != -1 else None].split())
+
+
+def test_the_runbook_rotates_tokens_with_the_sighup_reload_the_api_does() -> None:
+    server = (REPO_ROOT / "api_service" / "server.py").read_text()
+    assert "add_signal_handler(signal.SIGHUP" in server, "the API reloads its principals on SIGHUP"
+    rotation = _section("docs/RUNBOOK.md", "## Rotating tokens")
+    assert "SIGHUP" in rotation and "kill -HUP" in rotation
+    assert "reads it when it starts." not in rotation and "as soon as the API pods have restarted" not in rotation
+
+
+def test_docs_say_a_running_job_is_cancelled_by_notification_not_at_its_next_heartbeat() -> None:
+    proto = (REPO_ROOT / "proto" / "jobs" / "v1" / "jobs.proto").read_text()
+    cancel_comment = proto[: proto.index("rpc CancelJob(")].rsplit("rpc ", 1)[1]
+    guarantees = _section("docs/GUARANTEES.md", "## Reading state and results")
+    readme_row = next(line for line in (REPO_ROOT / "README.md").read_text().splitlines() if "`cancel JOB_ID" in line)
+    for text in (cancel_comment, guarantees, readme_row):
+        text = " ".join(text.split())
+        assert "notif" in text, text
+        assert "stops at its next heartbeat" not in text and "at its worker's next heartbeat" not in text, text

@@ -401,16 +401,29 @@ class Worker:
                 self._stop(active, StopReason.LEASE_LOST)
 
     async def _drain(self) -> None:
+        """Said in the log at both ends, so that an operator watching a stop knows it is not hung."""
+        started = time.monotonic()
         actives = list(self._active.values())
         tasks = [a.task for a in actives if a.task is not None]
+        log.info(
+            "draining: no new claims; %d running jobs get up to %.0fs to finish",
+            len(tasks),
+            self._settings.shutdown_grace_seconds,
+        )
         if tasks:
-            log.info("draining %d running jobs for up to %.0fs", len(tasks), self._settings.shutdown_grace_seconds)
             await asyncio.wait(tasks, timeout=self._settings.shutdown_grace_seconds)
-        for active in list(self._active.values()):
+        unfinished = list(self._active.values())
+        for active in unfinished:
             self._stop(active, StopReason.SHUTDOWN)
         remaining = [a.task for a in self._active.values() if a.task is not None]
         if remaining:
             await asyncio.wait(remaining, timeout=RELEASE_DEADLINE_SECONDS + 1)
+        log.info(
+            "drained in %.1fs: %d jobs finished, %d handed back",
+            time.monotonic() - started,
+            len(tasks) - len(unfinished),
+            len(unfinished),
+        )
 
 
 class _AttemptTimedOut(Exception):

@@ -15,6 +15,8 @@ LABEL_KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 PAYLOAD_LIMIT_BYTES_DEFAULT = 1024 * 1024
 PRIORITY_RANGE = (-1000, 1000)
 MAX_ATTEMPTS_LIMIT = 100
+# How many known kinds an unknown kind's error names.
+KINDS_LISTED_MAX = 50
 # How long a SUCCEEDED job still takes in an identical submission that asks for de-duplication.
 DEDUPE_WINDOW_SECONDS_DEFAULT = 600.0
 
@@ -88,7 +90,16 @@ def _check_kind(v: ViolationCollector, kind: str, limits: SubmissionLimits, know
     elif len(kind) > limits.max_kind_chars or not KIND_PATTERN.fullmatch(kind):
         v.add("kind", f"must match {KIND_PATTERN.pattern} and be at most {limits.max_kind_chars} characters")
     elif kind not in known:
-        v.add("kind", "is not a registered job kind")
+        v.add("kind", f"is not a registered job kind; known kinds: {_kinds_listed(known)}")
+
+
+def _kinds_listed(known: Collection[str]) -> str:
+    """Sorted, and cut short: a deployment may register hundreds, and the message goes to a terminal."""
+    if not known:
+        return "none yet"
+    names = sorted(known)
+    shown = ", ".join(names[:KINDS_LISTED_MAX])
+    return shown if len(names) <= KINDS_LISTED_MAX else f"{shown} and {len(names) - KINDS_LISTED_MAX} more"
 
 
 def _check_resource(v: ViolationCollector, job: NewJob, limits: SubmissionLimits) -> None:

@@ -126,17 +126,20 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CancelJob(self, request, context):
-        """PENDING, BLOCKED or RETRY_WAIT: CANCELLED at once. RUNNING: cancel_requested is set, a running job
-        stops within milliseconds, by notification, and a late completion is refused. Terminal:
-        FAILED_PRECONDITION.
+        """PENDING, BLOCKED or RETRY_WAIT: CANCELLED at once. RUNNING: cancel_requested is set and the worker
+        holding the job is told: a running job stops within milliseconds, by notification (at its next
+        heartbeat at the latest, should the notification be lost); a late completion is refused.
+        Terminal: FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def RetryJob(self, request, context):
-        """Runs a FAILED, CANCELLED or OUTCOME_UNKNOWN job again, recorded with who and why; OUTCOME_UNKNOWN
-        needs accept_duplicate_risk. The next lease's fencing token is higher than every earlier one.
+        """Runs a FAILED, CANCELLED or OUTCOME_UNKNOWN job again, recorded with who and why. A job whose
+        latest attempt's outcome is unknown (OUTCOME_UNKNOWN, or cancelled or failed after an unconfirmed
+        external call) needs accept_duplicate_risk; a dependency that no longer exists is
+        FAILED_PRECONDITION DEPENDENCY_MISSING. The next lease's fencing token is higher than every earlier one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
