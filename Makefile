@@ -60,5 +60,5 @@ system-deps: ## Install what the tests need from the OS (promtool); run as root
 	fi
 
 clean: ## Remove the venv, caches, build output and .dev/ (the embedded database's data)
-	rm -rf $(VENV) .dev build dist *.egg-info .pytest_cache .ruff_cache .import_linter_cache
+	rm -rf $(VENV) .dev build dist *.egg-info .pytest_cache .ruff_cache .import_linter_cache .mypy_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
