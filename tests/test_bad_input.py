@@ -6,10 +6,9 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf import timestamp_pb2
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from jobs.v1 import jobs_pb2
+from shared.rpc_error_details import rpc_error_details
 from tests.process_fixtures import ServiceStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -19,13 +18,9 @@ JOB_ID = "00000000-0000-4000-8000-000000000000"
 
 
 def _violations(error: grpc.RpcError) -> list[str]:
-    status = rpc_status.from_call(error)
-    fields = []
-    for detail in status.details:
-        bad_request = error_details_pb2.BadRequest()
-        if detail.Unpack(bad_request):
-            fields += [v.field for v in bad_request.field_violations]
-    return fields
+    details = rpc_error_details(error)
+    assert details is not None, error.details()
+    return [field for field, _ in details.field_violations]
 
 
 def _stamp(seconds: int) -> timestamp_pb2.Timestamp:

@@ -11,10 +11,9 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf import timestamp_pb2
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from jobs.v1 import jobs_pb2, worker_pb2
+from shared.rpc_error_details import rpc_error_details
 from shared.storage import lease_store
 from tests.process_fixtures import ServiceStack, TenantClient, wait_until
 
@@ -36,11 +35,8 @@ def _wait_state(client: TenantClient, job_id: str, state: str, timeout: float = 
 
 
 def _reason(error: grpc.RpcError) -> str:
-    for detail in rpc_status.from_call(error).details:
-        info = error_details_pb2.ErrorInfo()
-        if detail.Unpack(info):
-            return info.reason
-    return ""
+    details = rpc_error_details(error)
+    return details.reason if details is not None else ""
 
 
 def _events(client: TenantClient, job_id: str) -> list[jobs_pb2.JobEvent]:

@@ -10,10 +10,10 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
 
 from jobs.v1 import worker_pb2, worker_pb2_grpc
 from shared.domain.jobs import Completion, JobError, JobState, LeaseRef, LeaseStatus, ReportOutcome
+from shared.rpc_error_details import rpc_error_details
 from worker_service import convert
 from worker_service.transport_security import ClientTlsFiles
 
@@ -37,15 +37,10 @@ class CredentialRejected(Exception):
     """The API refused the worker token: a configuration error, not worth retrying."""
 
 
-def _error_reason(error: grpc.aio.AioRpcError) -> str | None:
-    for key, value in error.trailing_metadata() or ():
-        if key == "grpc-status-details-bin":
-            status = status_pb2.Status.FromString(value)
-            for detail in status.details:
-                info = error_details_pb2.ErrorInfo()
-                if detail.Unpack(info):
-                    return info.reason
-    return None
+def _refusal(error: grpc.aio.AioRpcError) -> ReportOutcome | None:
+    """The fencing refusal a FAILED_PRECONDITION carries in its ErrorInfo, if it is one."""
+    details = rpc_error_details(error)
+    return _REFUSALS.get(details.reason) if details is not None else None
 
 
 class ApiClient:
@@ -72,9 +67,10 @@ class ApiClient:
                 return response
             except grpc.aio.AioRpcError as error:
                 code = error.code()
-                if code == grpc.StatusCode.FAILED_PRECONDITION and _error_reason(error) in _REFUSALS:
+                refusal = _refusal(error) if code == grpc.StatusCode.FAILED_PRECONDITION else None
+                if refusal is not None:
                     self.reachable.set()
-                    return _REFUSALS[_error_reason(error)]
+                    return refusal
                 if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                     raise CredentialRejected(error.details()) from None
                 if code not in _INDETERMINATE:
