@@ -7,7 +7,9 @@ the services or storage, so the layer contracts in pyproject.toml allow it in sh
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
@@ -34,25 +36,24 @@ def rpc_error_details(error: grpc.RpcError) -> RpcErrorDetails | None:
     status = _rich_status(error)
     if status is None or status.code != error.code().value[0] or status.message != (error.details() or ""):
         return None
-    reason, violations, retry_after = "", (), None
+    reason, retry_after = "", None
+    violations: tuple[tuple[str, str], ...] = ()
     for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
+        info, bad, retry = error_details_pb2.ErrorInfo(), error_details_pb2.BadRequest(), error_details_pb2.RetryInfo()
+        if detail.Unpack(info):
             reason = info.reason
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
+        elif detail.Unpack(bad):
             violations = tuple((v.field, v.description) for v in bad.field_violations)
-        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            retry = error_details_pb2.RetryInfo()
-            detail.Unpack(retry)
+        elif detail.Unpack(retry):
             retry_after = retry.retry_delay.ToMilliseconds() / 1000
     return RpcErrorDetails(status.message, reason, violations, retry_after)
 
 
 def _rich_status(error: grpc.RpcError) -> status_pb2.Status | None:
-    for key, value in error.trailing_metadata() or ():
+    # A sync call's trailing metadata is a tuple of (key, value) named tuples, an asyncio call's a
+    # Metadata of (key, value) pairs; the stubs give the former a shape without tuple unpacking.
+    pairs = cast(Iterable[tuple[str, str | bytes]], error.trailing_metadata() or ())
+    for key, value in pairs:
         if key == STATUS_DETAILS_METADATA_KEY and isinstance(value, bytes):
             return status_pb2.Status.FromString(value)
     return None

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import psycopg
 import psycopg.errors
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from shared.domain.errors import (
@@ -23,7 +23,7 @@ from shared.domain.errors import (
 )
 from shared.storage import queries
 
-Connection = psycopg.AsyncConnection[dict]
+Connection = psycopg.AsyncConnection[DictRow]
 
 # Monotonic time by which the current call's caller stops waiting; None when it set no deadline.
 _call_deadline: ContextVar[float | None] = ContextVar("jobs_call_deadline", default=None)
@@ -97,7 +97,10 @@ class Database:
     """An async pool whose transactions raise domain errors only."""
 
     def __init__(
-        self, pool: AsyncConnectionPool, acquire_timeout_seconds: float = 5.0, probe: DatabaseProbe | None = None
+        self,
+        pool: AsyncConnectionPool[Connection],
+        acquire_timeout_seconds: float = 5.0,
+        probe: DatabaseProbe | None = None,
     ) -> None:
         self._pool = pool
         self._acquire_timeout = acquire_timeout_seconds
@@ -109,6 +112,7 @@ class Database:
         does not stop the process from starting (health reports NOT_SERVING instead)."""
         pool = AsyncConnectionPool(
             settings.url,
+            connection_class=Connection,
             min_size=settings.min_size,
             max_size=settings.max_size,
             timeout=settings.acquire_timeout_seconds,
