@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
-from typing import BinaryIO
+from typing import BinaryIO, TypeAlias
 
 from jobs.v1 import jobs_pb2
 from jobsctl.rendering import parse_state, state_choices
+
+# argparse's own type for what add_subparsers() returns (a string: private classes are not generic at
+# run time).
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 TARGET_DEFAULT = "127.0.0.1:50051"
 TIMEOUT_SECONDS_DEFAULT = 30.0
@@ -75,7 +79,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     return parser
 
 
-def _add_lifecycle(commands) -> None:
+def _add_lifecycle(commands: Subcommands) -> None:
     watch = commands.add_parser(
         "watch",
         help="follow a job's transitions live until it settles; the exit code says how it ended",
@@ -107,7 +111,7 @@ def _add_lifecycle(commands) -> None:
     events.add_argument("job_id", metavar="JOB_ID")
 
 
-def _add_submit(commands) -> None:
+def _add_submit(commands: Subcommands) -> None:
     submit = commands.add_parser("submit", help="submit a job; prints its id")
     submit.add_argument("kind", metavar="KIND", help="registered job kind, e.g. echo, sleep, flaky, summarize")
     payload = submit.add_mutually_exclusive_group()
@@ -121,7 +125,7 @@ def _add_submit(commands) -> None:
     submit.add_argument("--resource-version", type=int, metavar="V", default=0)
 
 
-def _add_list(commands) -> None:
+def _add_list(commands: Subcommands) -> None:
     listing = commands.add_parser("list", help="list jobs, newest first")
     listing.add_argument(
         "--state",

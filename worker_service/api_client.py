@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from jobs.v1 import worker_pb2, worker_pb2_grpc
 from shared.domain.jobs import Completion, JobError, JobState, LeaseRef, LeaseStatus, ReportOutcome
@@ -57,7 +58,9 @@ class ApiClient:
     async def close(self) -> None:
         await self._channel.close()
 
-    async def _call(self, method: Callable[..., Awaitable[T]], request, *, deadline: float) -> T | ReportOutcome:
+    async def _call(
+        self, method: Callable[..., Awaitable[T]], request: Message, *, deadline: float
+    ) -> T | ReportOutcome:
         """Retries indeterminate failures with jittered backoff until `deadline` (monotonic)."""
         delay = 0.05
         while True:
