@@ -31,9 +31,10 @@ generate: venv ## Regenerate the gRPC stubs in proto/jobs/v1 and docs/API.md fro
 	PYTHON=$(VENV_PYTHON) scripts/generate_stubs.sh
 	$(VENV_PYTHON) scripts/api_docs.py
 
-lint: venv ## ruff (lint and format check), and import-linter's layer contracts from pyproject.toml
+lint: venv ## ruff (lint and format check), mypy (config in pyproject.toml), and import-linter's layer contracts
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
 format: venv ## Apply ruff's formatter and its autofixable lint rules

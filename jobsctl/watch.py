@@ -8,11 +8,11 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 import grpc
 
-from jobs.v1 import jobs_pb2, jobs_pb2_grpc
+from jobs.v1 import jobs_pb2
 from jobsctl.rendering import message_json_line, transition_line, watch_status
 from jobsctl.rpc_errors import (
     EXIT_JOB_CANCELLED,
@@ -43,8 +43,23 @@ class WaitTimedOut(Exception):
     """The job did not settle within the allowed time; exits like DEADLINE_EXCEEDED."""
 
 
+class JobStream(Protocol):
+    """A WatchJob call as the stub returns it: the states, and a way to end the call."""
+
+    def __iter__(self) -> Iterator[jobs_pb2.Job]: ...
+    def cancel(self) -> bool | None: ...
+
+
+class WatchStub(Protocol):
+    """What following needs of the JobService stub."""
+
+    def WatchJob(  # noqa: N802 - the generated stub's name
+        self, request: jobs_pb2.WatchJobRequest, *, timeout: float | None, metadata: tuple[tuple[str, str], ...]
+    ) -> JobStream: ...
+
+
 def follow(
-    stub: jobs_pb2_grpc.JobServiceStub,
+    stub: WatchStub,
     job_id: str,
     metadata: tuple[tuple[str, str], ...],
     *,

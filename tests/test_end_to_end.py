@@ -25,7 +25,9 @@ def _count(database_url: str, query: str, params=()) -> int:
 
 def _row(database_url: str, query: str, params=()) -> tuple:
     with psycopg.connect(database_url) as conn:
-        return conn.execute(query, params).fetchone()
+        row = conn.execute(query, params).fetchone()
+    assert row is not None, query
+    return row
 
 
 def test_echo_jobs_from_two_tenants_all_succeed_with_one_result_each(service_stack: ServiceStack) -> None:
@@ -55,8 +57,8 @@ def test_echo_jobs_from_two_tenants_all_succeed_with_one_result_each(service_sta
     for job_id, (tenant, payload) in submitted.items():
         client = service_stack.tenant(tenant)
         assert client.get(job_id).state == SUCCEEDED
-        result = client.result(job_id)
-        assert (result.payload, result.attempt, result.fencing_token) == (payload, 1, 1)
+        stored = client.result(job_id)
+        assert (stored.payload, stored.attempt, stored.fencing_token) == (payload, 1, 1)
     assert _count(service_stack.database_url, "SELECT count(*) FROM job_results") == 500
     workers = _count(
         service_stack.database_url,
@@ -171,7 +173,8 @@ def test_api_health_reflection_and_graceful_shutdown(service_stack: ServiceStack
     assert service_stack.health("liveness") == "SERVING"
     assert service_stack.health("jobs.v1.JobService") == "SERVING"
     stub = reflection_pb2_grpc.ServerReflectionStub(service_stack.channel())
-    responses = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    responses = stub.ServerReflectionInfo(iter([request]))  # type: ignore[operator]  # the stubs leave it untyped
     names = {s.name for r in responses for s in r.list_services_response.service}
     assert {"jobs.v1.JobService", "jobs.v1.WorkerService", "grpc.health.v1.Health"} <= names
     api.signal(signal.SIGTERM)

@@ -77,7 +77,7 @@ def test_retryable_failures_wait_out_a_backoff_and_stop_at_max_attempts(stack: S
     client = stack.tenant("acme")
     job_id = client.submit("quick.flaky", json.dumps({"fail_times": 9}).encode()).job.job_id
     seen_retry_wait = wait_until(
-        lambda: (job := client.get(job_id)).state == S.JOB_STATE_RETRY_WAIT and job,
+        lambda: job if (job := client.get(job_id)).state == S.JOB_STATE_RETRY_WAIT else None,
         timeout=15,
         interval=0.01,
         what="RETRY_WAIT",
