@@ -28,6 +28,9 @@ _REFUSALS = {
     "JOB_SUPERSEDED": ReportOutcome.JOB_SUPERSEDED,
 }
 CALL_TIMEOUT_SECONDS = 10.0
+# Retries of an indeterminate failure back off from the first delay, doubling up to the cap.
+RETRY_DELAY_FIRST_SECONDS = 0.05
+RETRY_DELAY_MAX_SECONDS = 2.0
 
 
 class ApiUnreachable(Exception):
@@ -62,7 +65,7 @@ class ApiClient:
         self, method: Callable[..., Awaitable[T]], request: Message, *, deadline: float
     ) -> T | ReportOutcome:
         """Retries indeterminate failures with jittered backoff until `deadline` (monotonic)."""
-        delay = 0.05
+        delay = RETRY_DELAY_FIRST_SECONDS
         while True:
             try:
                 response = await method(request, metadata=self._metadata, timeout=CALL_TIMEOUT_SECONDS)
@@ -82,7 +85,7 @@ class ApiClient:
                 if time.monotonic() + delay > deadline:
                     raise ApiUnreachable(f"{code.name}: {error.details()}") from None
                 await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 2, RETRY_DELAY_MAX_SECONDS)
 
     async def heartbeat(
         self, leases: list[LeaseRef], extend_by_seconds: float, *, deadline: float
