@@ -40,9 +40,10 @@ generate: venv ## Regenerate the gRPC stubs in proto/jobs/v1 and docs/API.md fro
 	PYTHON=$(VENV_PYTHON) scripts/generate_stubs.sh
 	$(VENV_PYTHON) scripts/api_docs.py
 
-lint: venv node-deps ## ruff (lint and format check), import-linter's layer contracts, buf lint and buf breaking
+lint: venv node-deps ## ruff (lint and format check), mypy, import-linter's layer contracts, buf lint and buf breaking
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	scripts/check_protos.sh
 
@@ -75,5 +76,5 @@ system-deps: ## Install what the tests need from the OS (promtool, pg_autoctl, p
 	fi
 
 clean: ## Remove the venv, caches, build output and .dev/ (the embedded database's data)
-	rm -rf $(VENV) node_modules .dev build dist *.egg-info .pytest_cache .ruff_cache .import_linter_cache
+	rm -rf $(VENV) node_modules .dev build dist *.egg-info .pytest_cache .ruff_cache .import_linter_cache .mypy_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -14,7 +14,7 @@ from prometheus_client import disable_created_metrics
 from api_service.server import serve
 from api_service.settings import ApiSettings
 from shared.domain.errors import JobsError
-from shared.env_settings import SettingsError
+from shared.env_settings import LOG_LEVEL_DEFAULT, SettingsError, env_log_level
 from shared.json_logging import configure_logging
 from shared.storage.database_settings import DatabaseSettings
 from shared.storage.migrator import migrate
@@ -26,14 +26,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m api_service", description=__doc__)
     parser.add_argument("command", nargs="?", choices=["serve", "migrate"], default="serve")
     args = parser.parse_args(argv)
-    configure_logging(os.environ.get("JOBS_LOG_LEVEL", "INFO").upper(), "api_service")
+    # Until the settings are read, so that an error in them is logged too.
+    configure_logging(LOG_LEVEL_DEFAULT, "api_service")
     disable_created_metrics()
     try:
         if args.command == "migrate":
+            # The migration Job has only the database settings and the log level, not the service's.
+            configure_logging(env_log_level(os.environ), "api_service")
             applied = migrate(_migration_url(os.environ))
             log.info("migrations applied: %s", [f"{m.version:04d}_{m.name}" for m in applied] or "none needed")
             return 0
-        asyncio.run(serve(ApiSettings.from_env(os.environ)))
+        settings = ApiSettings.from_env(os.environ)
+        configure_logging(settings.log_level, "api_service")
+        asyncio.run(serve(settings))
         return 0
     except SettingsError as exc:
         log.error("configuration error: %s", exc)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import cast
 
 from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf.message import Message
 
 from jobs.v1 import jobs_pb2, worker_pb2
 from shared.domain.errors import FieldViolation, InvalidArgument
@@ -29,11 +32,17 @@ from shared.domain.jobs import (
 )
 from shared.domain.trace_context import TraceContext, trace_context_from_headers
 
-_STATE_TO_PROTO = {state: jobs_pb2.JobState.Value(f"JOB_STATE_{state.name}") for state in JobState}
+# The generated .pyi types an enum's Value() as int but its fields as the enum class; at run time both
+# are the same int, so the table says which it holds.
+_STATE_TO_PROTO = {s: cast(jobs_pb2.JobState, jobs_pb2.JobState.Value(f"JOB_STATE_{s.name}")) for s in JobState}
 _STATE_FROM_PROTO = {number: state for state, number in _STATE_TO_PROTO.items()}
-_CATEGORY_TO_PROTO = {c: jobs_pb2.ErrorCategory.Value(f"ERROR_CATEGORY_{c.name}") for c in ErrorCategory}
+_CATEGORY_TO_PROTO = {
+    c: cast(jobs_pb2.ErrorCategory, jobs_pb2.ErrorCategory.Value(f"ERROR_CATEGORY_{c.name}")) for c in ErrorCategory
+}
 _CATEGORY_FROM_PROTO = {number: c for c, number in _CATEGORY_TO_PROTO.items()}
-_OUTCOME_TO_PROTO = {o: worker_pb2.ReportOutcome.Value(f"REPORT_OUTCOME_{o.name}") for o in ReportOutcome}
+_OUTCOME_TO_PROTO = {
+    o: cast(worker_pb2.ReportOutcome, worker_pb2.ReportOutcome.Value(f"REPORT_OUTCOME_{o.name}")) for o in ReportOutcome
+}
 
 
 def _timestamp(value: datetime | None) -> timestamp_pb2.Timestamp | None:
@@ -44,10 +53,10 @@ def _timestamp(value: datetime | None) -> timestamp_pb2.Timestamp | None:
     return stamp
 
 
-def _datetime(message, field: str, prefix: str = "") -> datetime | None:
+def _datetime(message: Message, field: str, prefix: str = "") -> datetime | None:
     if not message.HasField(field):
         return None
-    stamp = getattr(message, field)
+    stamp: timestamp_pb2.Timestamp = getattr(message, field)
     try:
         return stamp.ToDatetime(tzinfo=UTC)
     except (ValueError, OverflowError):
@@ -59,7 +68,7 @@ def duration_seconds(duration: duration_pb2.Duration) -> float:
     return duration.seconds + duration.nanos / 1e9
 
 
-def state_to_proto(state: JobState) -> int:
+def state_to_proto(state: JobState) -> jobs_pb2.JobState:
     return _STATE_TO_PROTO[state]
 
 
@@ -200,7 +209,7 @@ def decode_event_token(token: str) -> int:
     return sequence
 
 
-def leases_from_proto(leases) -> list[LeaseRef]:
+def leases_from_proto(leases: Iterable[worker_pb2.Lease]) -> list[LeaseRef]:
     return [LeaseRef(JobId(lease.job_id), FencingToken(lease.fencing_token)) for lease in leases]
 
 
@@ -226,5 +235,5 @@ def job_error_from_proto(error: jobs_pb2.JobError) -> JobError:
     return JobError(category, error.message)
 
 
-def outcome_to_proto(outcome: ReportOutcome) -> int:
+def outcome_to_proto(outcome: ReportOutcome) -> worker_pb2.ReportOutcome:
     return _OUTCOME_TO_PROTO[outcome]

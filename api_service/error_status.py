@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -24,7 +25,7 @@ _CODES: list[tuple[type[errors.JobsError], int]] = [
 ]
 
 
-def _pack(message) -> any_pb2.Any:
+def _pack(message: Message) -> any_pb2.Any:
     packed = any_pb2.Any()
     packed.Pack(message)
     return packed

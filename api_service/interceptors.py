@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, TypeAlias, cast
 
 import grpc
 
@@ -18,6 +21,16 @@ from shared.storage.database import call_deadline
 log = logging.getLogger(__name__)
 
 _ROLE_BY_SERVICE = {"jobs.v1.JobService": Role.TENANT, "jobs.v1.WorkerService": Role.WORKER}
+
+# The asyncio server's behaviors are coroutines (unary) and async generators (streams), which the
+# stubs, written for the synchronous server, cannot express: requests and responses stay Any here.
+# (Strings: the stubs' generic classes are not subscriptable at run time.)
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+UnaryBehavior: TypeAlias = Callable[[object, Context], Awaitable[Any]]
+StreamBehavior: TypeAlias = Callable[[object, Context], AsyncIterator[Any]]
+# What runs around every call of a method: it may refuse the call by raising, or abort it.
+CallScope: TypeAlias = Callable[[object, Context], AbstractAsyncContextManager[None]]
 
 
 class _Undecodable:
@@ -41,6 +54,30 @@ def _tolerant(deserializer: Callable[[bytes], object] | None) -> Callable[[bytes
     return deserialize
 
 
+def _scoped(handler: Handler, scope: CallScope) -> Handler:
+    """The same method, each call run inside `scope`, with undecodable requests handed to the scope
+    instead of failing in gRPC's deserializer. Client-streaming methods (none here) pass unchanged."""
+    deserializer = _tolerant(handler.request_deserializer)
+    if handler.unary_unary:
+        inner = cast(UnaryBehavior, handler.unary_unary)
+
+        async def unary(request: object, context: Context) -> Any:
+            async with scope(request, context):
+                return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary, deserializer, handler.response_serializer)
+    if handler.unary_stream:
+        inner_stream = cast(StreamBehavior, handler.unary_stream)
+
+        async def stream(request: object, context: Context) -> AsyncIterator[Any]:
+            async with scope(request, context):
+                async for message in inner_stream(request, context):
+                    yield message
+
+        return grpc.unary_stream_rpc_method_handler(stream, deserializer, handler.response_serializer)
+    return handler
+
+
 def _malformed() -> InvalidArgument:
     return InvalidArgument(FieldViolation("request", "is not a well-formed message of this method's type"))
 
@@ -50,7 +87,7 @@ def _split_method(full_method: str) -> tuple[str, str]:
     return service, method
 
 
-def _bearer_token(metadata) -> str | None:
+def _bearer_token(metadata: grpc.aio.Metadata | tuple[tuple[str, str | bytes], ...] | None) -> str | None:
     """The token of `authorization: Bearer <token>`; the scheme's case does not matter (RFC 6750, 2.1)."""
     for key, value in metadata or ():
         if key == "authorization" and isinstance(value, str):
@@ -68,7 +105,7 @@ def _status_of(error: Exception, labels: tuple[str, str] | None = None) -> grpc.
     return internal_status()
 
 
-async def _abort(context: grpc.aio.ServicerContext, status: grpc.Status) -> None:
+async def _abort(context: Context, status: grpc.Status) -> None:
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
@@ -79,29 +116,25 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         self._principals = principals
         self._metrics = metrics
 
-    async def intercept_service(self, continuation, handler_call_details):
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
         service, method = _split_method(handler_call_details.method)
         required_role = _ROLE_BY_SERVICE.get(service)
         if required_role is None:
-            return _guard_open(handler)  # health and reflection are open, for probes and grpcurl
+            return _scoped(handler, _open_call)  # health and reflection are open, for probes and grpcurl
         principal, refusal = self._authenticate(handler_call_details.invocation_metadata, required_role)
-        labels = (service, method)
-        if handler.unary_unary:
-            behavior = self._wrap_unary(handler.unary_unary, principal, refusal, labels)
-            return grpc.unary_unary_rpc_method_handler(
-                behavior, _tolerant(handler.request_deserializer), handler.response_serializer
-            )
-        if handler.unary_stream:
-            behavior = self._wrap_stream(handler.unary_stream, principal, refusal, labels)
-            return grpc.unary_stream_rpc_method_handler(
-                behavior, _tolerant(handler.request_deserializer), handler.response_serializer
-            )
-        return handler
+        scope = functools.partial(self._guarded_call, principal=principal, refusal=refusal, labels=(service, method))
+        return _scoped(handler, scope)
 
-    def _authenticate(self, metadata, required: Role) -> tuple[Principal | None, JobsError | None]:
+    def _authenticate(
+        self, metadata: tuple[tuple[str, str | bytes], ...] | None, required: Role
+    ) -> tuple[Principal | None, JobsError | None]:
         token = _bearer_token(metadata)
         if not token:
             return None, Unauthenticated("missing bearer token")
@@ -112,83 +145,45 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             return None, PermissionDenied(f"this credential may not call {required.value} methods")
         return principal, None
 
-    def _wrap_unary(self, inner, principal, refusal, labels) -> Callable[..., Awaitable]:
-        async def behavior(request, context):
-            started = time.perf_counter()
-            code = grpc.StatusCode.OK
-            token = request_context.set_principal(principal) if principal else None
-            try:
-                if refusal:
-                    raise refusal
-                if request is _UNDECODABLE:
-                    raise _malformed()
-                with call_deadline(context.time_remaining()):
-                    return await inner(request, context)
-            except grpc.aio.AbortError:
-                code = context.code() or grpc.StatusCode.UNKNOWN
-                raise
-            except Exception as error:  # noqa: BLE001 - every error must leave as a status
-                status = _status_of(error, labels)
-                code = status.code
-                await _abort(context, status)
-            finally:
-                if token is not None:
-                    request_context.reset_principal(token)
-                self._metrics.observe(labels, code, time.perf_counter() - started)
-
-        return behavior
-
-    def _wrap_stream(self, inner, principal, refusal, labels) -> Callable[..., AsyncIterator]:
-        async def behavior(request, context):
-            started = time.perf_counter()
-            code = grpc.StatusCode.OK
-            token = request_context.set_principal(principal) if principal else None
-            try:
-                if refusal:
-                    raise refusal
-                if request is _UNDECODABLE:
-                    raise _malformed()
-                with call_deadline(context.time_remaining()):
-                    async for message in inner(request, context):
-                        yield message
-            except grpc.aio.AbortError:
-                code = context.code() or grpc.StatusCode.UNKNOWN
-                raise
-            except Exception as error:  # noqa: BLE001
-                status = _status_of(error, labels)
-                code = status.code
-                await _abort(context, status)
-            finally:
-                if token is not None:
-                    request_context.reset_principal(token)
-                self._metrics.observe(labels, code, time.perf_counter() - started)
-
-        return behavior
+    @asynccontextmanager
+    async def _guarded_call(
+        self,
+        request: object,
+        context: Context,
+        *,
+        principal: Principal | None,
+        refusal: JobsError | None,
+        labels: tuple[str, str],
+    ) -> AsyncIterator[None]:
+        """One authenticated call: the principal set, the caller's deadline on every transaction, any
+        error leaving as its status, and the call counted with the code it ended with."""
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        token = request_context.set_principal(principal) if principal else None
+        try:
+            if refusal:
+                raise refusal
+            if request is _UNDECODABLE:
+                raise _malformed()
+            with call_deadline(context.time_remaining()):
+                yield
+        except grpc.aio.AbortError:
+            # abort() set the code; the stubs' "never None" is wrong only before it, which this guards.
+            code = cast(grpc.StatusCode | None, context.code()) or grpc.StatusCode.UNKNOWN
+            raise
+        except Exception as error:  # noqa: BLE001 - every error must leave as a status
+            status = _status_of(error, labels)
+            code = status.code
+            await _abort(context, status)
+        finally:
+            if token is not None:
+                request_context.reset_principal(token)
+            self._metrics.observe(labels, code, time.perf_counter() - started)
 
 
-def _guard_open(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+@asynccontextmanager
+async def _open_call(request: object, context: Context) -> AsyncIterator[None]:
     """Unauthenticated methods (health) get the same answer to undecodable bytes as the rest."""
-    if handler.unary_unary:
-        inner = handler.unary_unary
-
-        async def unary(request, context):
-            if request is _UNDECODABLE:
-                await _abort(context, status_for(_malformed()))
-            return await inner(request, context)
-
-        return grpc.unary_unary_rpc_method_handler(
-            unary, _tolerant(handler.request_deserializer), handler.response_serializer
-        )
-    if handler.unary_stream:
-        inner_stream = handler.unary_stream
-
-        async def stream(request, context):
-            if request is _UNDECODABLE:
-                await _abort(context, status_for(_malformed()))
-            async for message in inner_stream(request, context):
-                yield message
-
-        return grpc.unary_stream_rpc_method_handler(
-            stream, _tolerant(handler.request_deserializer), handler.response_serializer
-        )
-    return handler
+    if request is _UNDECODABLE:
+        await _abort(context, status_for(_malformed()))
+    yield

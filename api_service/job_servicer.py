@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from typing import Any, TypeAlias
+
+import grpc
+
 from api_service import convert
 from api_service.request_context import current_principal
 from api_service.usecases.admission import SubmissionAdmission
@@ -11,6 +16,10 @@ from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc
 from shared.domain.ids import JobId, TenantId
+
+# The asyncio server's context; requests and responses are typed per method. (A string: the stubs'
+# generic class is not subscriptable at run time.)
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 
 def _tenant() -> TenantId:
@@ -34,7 +43,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self._lifecycle = lifecycle
         self._watch = watch
 
-    async def SubmitJob(self, request, context):
+    async def SubmitJob(self, request: jobs_pb2.SubmitJobRequest, context: Context) -> jobs_pb2.SubmitJobResponse:
         await self._admission.admit(_tenant(), 1)
         trace = convert.trace_context_from_metadata(context.invocation_metadata())
         outcome = await self._submissions.submit(
@@ -42,7 +51,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         )
         return jobs_pb2.SubmitJobResponse(job=convert.job_to_proto(outcome.job), created=outcome.created)
 
-    async def SubmitJobs(self, request, context):
+    async def SubmitJobs(self, request: jobs_pb2.SubmitJobsRequest, context: Context) -> jobs_pb2.SubmitJobsResponse:
         trace = convert.trace_context_from_metadata(context.invocation_metadata())
         jobs = [convert.new_job_from_proto(item, f"jobs[{i}].", trace) for i, item in enumerate(request.jobs)]
         await self._admission.admit(_tenant(), len(jobs))
@@ -51,13 +60,13 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             results=[jobs_pb2.SubmitJobResponse(job=convert.job_to_proto(o.job), created=o.created) for o in outcomes]
         )
 
-    async def GetJob(self, request, context):
+    async def GetJob(self, request: jobs_pb2.GetJobRequest, context: Context) -> jobs_pb2.Job:
         return convert.job_to_proto(await self._queries.get_job(_tenant(), JobId(request.job_id)))
 
-    async def GetJobResult(self, request, context):
+    async def GetJobResult(self, request: jobs_pb2.GetJobResultRequest, context: Context) -> jobs_pb2.JobResult:
         return convert.result_to_proto(await self._queries.get_result(_tenant(), JobId(request.job_id)))
 
-    async def ListJobs(self, request, context):
+    async def ListJobs(self, request: jobs_pb2.ListJobsRequest, context: Context) -> jobs_pb2.ListJobsResponse:
         page = await self._queries.list_jobs(
             _tenant(),
             convert.list_filter_from_proto(request),
@@ -69,15 +78,15 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             next_page_token=convert.encode_page_token(page.next_cursor),
         )
 
-    async def WatchJob(self, request, context):
+    async def WatchJob(self, request: jobs_pb2.WatchJobRequest, context: Context) -> AsyncIterator[jobs_pb2.Job]:
         async for job in self._watch.watch(_tenant(), JobId(request.job_id), request.after_sequence):
             yield convert.job_to_proto(job)
 
-    async def CancelJob(self, request, context):
+    async def CancelJob(self, request: jobs_pb2.CancelJobRequest, context: Context) -> jobs_pb2.Job:
         job = await self._lifecycle.cancel(_tenant(), current_principal().name, JobId(request.job_id), request.reason)
         return convert.job_to_proto(job)
 
-    async def RetryJob(self, request, context):
+    async def RetryJob(self, request: jobs_pb2.RetryJobRequest, context: Context) -> jobs_pb2.Job:
         job = await self._lifecycle.retry(
             _tenant(),
             current_principal().name,
@@ -87,7 +96,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         )
         return convert.job_to_proto(job)
 
-    async def GetLatestResult(self, request, context):
+    async def GetLatestResult(
+        self, request: jobs_pb2.GetLatestResultRequest, context: Context
+    ) -> jobs_pb2.GetLatestResultResponse:
         job, result = await self._queries.latest_result(_tenant(), request.resource_key)
         return jobs_pb2.GetLatestResultResponse(
             resource_key=request.resource_key,
@@ -96,7 +107,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             job=convert.job_to_proto(job),
         )
 
-    async def ListJobEvents(self, request, context):
+    async def ListJobEvents(
+        self, request: jobs_pb2.ListJobEventsRequest, context: Context
+    ) -> jobs_pb2.ListJobEventsResponse:
         events, after = await self._queries.list_events(
             _tenant(), JobId(request.job_id), convert.decode_event_token(request.page_token), request.page_size
         )

@@ -74,7 +74,7 @@ class PrincipalsFile:
         self._directory = PrincipalDirectory.load(self._path)
 
 
-def _parse_entry(index: int, raw: dict) -> _Entry:
+def _parse_entry(index: int, raw: dict[str, object]) -> _Entry:
     where = f"principal[{index}]"
     try:
         digest = bytes.fromhex(str(raw["token_sha256"]))

@@ -122,12 +122,12 @@ def _families(snapshot: QueueSnapshot | None, *, exporting: bool, age: float) ->
         "jobs_metrics_snapshot_age_seconds", "Time since the database gauges were last read.", value=max(age, 0.0)
     )
     if snapshot is not None:
-        for labels, value in sorted(snapshot.depth.items()):
-            depth.add_metric(list(labels), value)
-        for labels, value in sorted(snapshot.oldest_wait_seconds.items()):
-            oldest.add_metric(list(labels), value)
-        for labels, value in sorted(snapshot.recently_failed.items()):
-            failed.add_metric(list(labels), value)
+        for depth_labels, count in sorted(snapshot.depth.items()):
+            depth.add_metric(list(depth_labels), count)
+        for kind_labels, seconds in sorted(snapshot.oldest_wait_seconds.items()):
+            oldest.add_metric(list(kind_labels), seconds)
+        for kind_labels, failures in sorted(snapshot.recently_failed.items()):
+            failed.add_metric(list(kind_labels), failures)
     return [exporter, depth, oldest, failed, snapshot_age]
 
 

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 from api_service.principals import Principal
 
 _current: ContextVar[Principal] = ContextVar("jobs_principal")
 
 
-def set_principal(principal: Principal):
+def set_principal(principal: Principal) -> Token[Principal]:
     return _current.set(principal)
 
 
-def reset_principal(token) -> None:
+def reset_principal(token: Token[Principal]) -> None:
     _current.reset(token)
 
 

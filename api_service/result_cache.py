@@ -126,21 +126,24 @@ class _Entry:
     size: int
 
 
-class _Entries(cachetools.TTLCache):
+_Dropped = Callable[[str, list[tuple[Hashable, "_Entry"]]], None]
+
+
+class _Entries(cachetools.TTLCache[Hashable, _Entry, float]):
     """cachetools' TTL map (LRU within the TTL, bounded by the sum of getsizeof), telling what it drops."""
 
-    def __init__(self, limits: ResultCacheLimits, timer: Callable[[], float], dropped: Callable[[str, list], None]):
+    def __init__(self, limits: ResultCacheLimits, timer: Callable[[], float], dropped: _Dropped) -> None:
         super().__init__(
             maxsize=limits.max_bytes, ttl=limits.ttl_seconds, timer=timer, getsizeof=lambda entry: entry.size
         )
         self._dropped = dropped
 
-    def popitem(self):
+    def popitem(self) -> tuple[Hashable, _Entry]:
         item = super().popitem()
         self._dropped("capacity", [item])
         return item
 
-    def expire(self, time=None):
+    def expire(self, time: float | None = None) -> list[tuple[Hashable, _Entry]]:
         expired = super().expire(time)
         if expired:
             self._dropped("expired", expired)
@@ -176,7 +179,8 @@ class ResultCache:
         entry = self._entries.get(key)
         if entry is not None:
             self._metrics.lookup(read, "hit")
-            return entry.value
+            kept: V = entry.value  # what this key's loader returned: the caller's V
+            return kept
         arrived = self._loads.epoch
         load = self._join(key, self._loading_and_keeping(key, loader, size_of, read), read)
         try:
@@ -187,7 +191,8 @@ class ResultCache:
         entry = self._entries.get(key)  # a later load may have kept the answer meanwhile
         if entry is not None:
             self._metrics.lookup(read, "hit")
-            return entry.value
+            kept_meanwhile: V = entry.value
+            return kept_meanwhile
         load = self._join(key, self._loading_and_keeping(key, loader, size_of, read), read, started_after=arrived)
         return await asyncio.shield(load.outcome)
 

@@ -16,7 +16,7 @@ from shared.domain.submission_rules import (
     PAYLOAD_LIMIT_BYTES_DEFAULT,
     SubmissionLimits,
 )
-from shared.env_settings import SettingsError, env_float, env_int, env_list, env_optional, env_str
+from shared.env_settings import SettingsError, env_float, env_int, env_list, env_log_level, env_optional, env_str
 from shared.metric_labels import TENANT_LIMIT_DEFAULT
 from shared.storage.database_settings import DatabaseSettings
 
@@ -25,6 +25,13 @@ API_LISTEN_DEFAULT = "127.0.0.1:50051"
 GRPC_MESSAGE_BYTES_MIN = 4 * 1024 * 1024
 # Calls served at once, Watch streams included; more are refused with RESOURCE_EXHAUSTED.
 CONCURRENT_RPCS_MAX_DEFAULT = 1000
+DB_POOL_MAX_DEFAULT = 20
+DB_ACQUIRE_TIMEOUT_SECONDS_DEFAULT = 5.0
+# The longest extension a heartbeat may ask for: a dead worker's job waits at most this for rescue.
+LEASE_MAX_SECONDS_DEFAULT = 3600.0
+SHUTDOWN_GRACE_SECONDS_DEFAULT = 10.0
+HEALTH_INTERVAL_SECONDS_DEFAULT = 1.0
+MAX_CONNECTION_AGE_SECONDS_DEFAULT = 300.0
 
 
 @dataclass(frozen=True)
@@ -93,12 +100,16 @@ class ApiSettings:
             limits=SubmissionLimits(
                 max_payload_bytes=env_int(env, "JOBS_MAX_PAYLOAD_BYTES", PAYLOAD_LIMIT_BYTES_DEFAULT, minimum=1),
             ),
-            db_pool_max=env_int(env, "JOBS_DB_POOL_MAX", 20, minimum=2),
-            db_acquire_timeout_seconds=env_float(env, "JOBS_DB_ACQUIRE_TIMEOUT_SECONDS", 5.0, minimum=0.1),
-            lease_max_seconds=env_float(env, "JOBS_LEASE_MAX_SECONDS", 3600.0, minimum=1.0),
-            shutdown_grace_seconds=env_float(env, "JOBS_SHUTDOWN_GRACE_SECONDS", 10.0),
-            health_interval_seconds=env_float(env, "JOBS_HEALTH_INTERVAL_SECONDS", 1.0, minimum=0.1),
-            log_level=env_str(env, "JOBS_LOG_LEVEL", "INFO").upper(),
+            db_pool_max=env_int(env, "JOBS_DB_POOL_MAX", DB_POOL_MAX_DEFAULT, minimum=2),
+            db_acquire_timeout_seconds=env_float(
+                env, "JOBS_DB_ACQUIRE_TIMEOUT_SECONDS", DB_ACQUIRE_TIMEOUT_SECONDS_DEFAULT, minimum=0.1
+            ),
+            lease_max_seconds=env_float(env, "JOBS_LEASE_MAX_SECONDS", LEASE_MAX_SECONDS_DEFAULT, minimum=1.0),
+            shutdown_grace_seconds=env_float(env, "JOBS_SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE_SECONDS_DEFAULT),
+            health_interval_seconds=env_float(
+                env, "JOBS_HEALTH_INTERVAL_SECONDS", HEALTH_INTERVAL_SECONDS_DEFAULT, minimum=0.1
+            ),
+            log_level=env_log_level(env),
             result_cache=_result_cache_limits(env),
             dedupe_window_seconds=env_float(
                 env, "JOBS_DEDUPE_WINDOW_SECONDS", DEDUPE_WINDOW_SECONDS_DEFAULT, minimum=0.0
@@ -106,7 +117,9 @@ class ApiSettings:
             tls=ServerTlsFiles.from_env(env),
             health_listen=env_optional(env, "JOBS_HEALTH_LISTEN"),
             max_concurrent_rpcs=env_int(env, "JOBS_MAX_CONCURRENT_RPCS", CONCURRENT_RPCS_MAX_DEFAULT, minimum=1),
-            max_connection_age_seconds=env_float(env, "JOBS_MAX_CONNECTION_AGE_SECONDS", 300.0),
+            max_connection_age_seconds=env_float(
+                env, "JOBS_MAX_CONNECTION_AGE_SECONDS", MAX_CONNECTION_AGE_SECONDS_DEFAULT
+            ),
             max_watch_streams=env_int(env, "JOBS_MAX_WATCH_STREAMS", STREAMS_MAX_DEFAULT, minimum=0),
             tenant_limits=_tenant_limits(env),
         )

@@ -5,9 +5,10 @@ after that use the new certificate, connections already open keep theirs."""
 from __future__ import annotations
 
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import grpc
 
@@ -55,8 +56,11 @@ class ReloadableServerCredentials:
     def __init__(self, files: ServerTlsFiles) -> None:
         self._files = files
         self._next: grpc.ServerCertificateConfiguration | None = None
+        # gRPC documents that the fetcher may return None (keep the current configuration); the stubs
+        # leave that out.
+        fetcher = cast(Callable[[], grpc.ServerCertificateConfiguration], self._fetch_next)
         self.credentials = grpc.dynamic_ssl_server_credentials(
-            files.read(), self._fetch_next, require_client_authentication=files.client_ca_file is not None
+            files.read(), fetcher, require_client_authentication=files.client_ca_file is not None
         )
 
     def reload(self) -> None:

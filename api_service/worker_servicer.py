@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
+import grpc
+
 from api_service import convert
 from api_service.request_context import current_principal
 from api_service.usecases.worker_reports import WorkerReports
@@ -12,8 +16,12 @@ from shared.domain.jobs import LeaseRef
 WORKER_ID_METADATA = "jobs-worker-id"
 WORKER_ID_MAX_CHARS = 128
 
+# The asyncio server's context; requests and responses are typed per method. (A string: the stubs'
+# generic class is not subscriptable at run time.)
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
-def _worker_id(context) -> str:
+
+def _worker_id(context: Context) -> str:
     """The replica's own id when it sent one (for the job history), else the credential's name."""
     for key, value in context.invocation_metadata() or ():
         if key == WORKER_ID_METADATA and isinstance(value, str):
@@ -27,16 +35,20 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     def __init__(self, reports: WorkerReports) -> None:
         self._reports = reports
 
-    async def Heartbeat(self, request, context):
+    async def Heartbeat(self, request: worker_pb2.HeartbeatRequest, context: Context) -> worker_pb2.HeartbeatResponse:
         extend_by = convert.duration_seconds(request.extend_by) if request.HasField("extend_by") else 0.0
         statuses = await self._reports.heartbeat(convert.leases_from_proto(request.leases), extend_by)
         return worker_pb2.HeartbeatResponse(leases=[convert.lease_status_to_proto(s) for s in statuses])
 
-    async def CompleteJob(self, request, context):
+    async def CompleteJob(
+        self, request: worker_pb2.CompleteJobRequest, context: Context
+    ) -> worker_pb2.CompleteJobResponse:
         state = await self._reports.complete(_worker_id(context), convert.completion_from_proto(request))
         return worker_pb2.CompleteJobResponse(state=convert.state_to_proto(state))
 
-    async def CompleteJobs(self, request, context):
+    async def CompleteJobs(
+        self, request: worker_pb2.CompleteJobsRequest, context: Context
+    ) -> worker_pb2.CompleteJobsResponse:
         completions = [convert.completion_from_proto(item) for item in request.completions]
         outcomes = await self._reports.complete_many(_worker_id(context), completions)
         return worker_pb2.CompleteJobsResponse(
@@ -46,7 +58,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             ]
         )
 
-    async def FailJob(self, request, context):
+    async def FailJob(self, request: worker_pb2.FailJobRequest, context: Context) -> worker_pb2.FailJobResponse:
         outcome = await self._reports.fail(
             _worker_id(context),
             LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token)),
@@ -57,7 +69,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             response.next_attempt_at.FromDatetime(outcome.next_attempt_at)
         return response
 
-    async def ReleaseJob(self, request, context):
+    async def ReleaseJob(
+        self, request: worker_pb2.ReleaseJobRequest, context: Context
+    ) -> worker_pb2.ReleaseJobResponse:
         state = await self._reports.release(
             _worker_id(context),
             LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token)),

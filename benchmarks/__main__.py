@@ -12,6 +12,7 @@ import os
 import platform
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from benchmarks import scenarios
 from benchmarks.harness import durability_settings, fresh_database
@@ -24,7 +25,7 @@ def main() -> int:
     history_rows = int(os.environ.get("BENCH_HISTORY_ROWS", "1000000"))
     soak_seconds = float(os.environ.get("BENCH_SOAK_SECONDS", "600"))
     only = {s for s in os.environ.get("BENCH_ONLY", "").split(",") if s} or set(SCENARIOS)
-    figures: dict[str, object] = {
+    figures: dict[str, Any] = {  # numbers and labels, printed and dumped as they are
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(),
         "machine": platform.machine(),

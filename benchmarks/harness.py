@@ -146,7 +146,7 @@ class ServicePair:
             stub = health_pb2_grpc.HealthStub(channel)
             while time.monotonic() < deadline:
                 with contextlib.suppress(grpc.RpcError):
-                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
+                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:  # type: ignore[attr-defined]  # the stubs' HealthStub lists no methods
                         return
                 time.sleep(0.1)
         raise RuntimeError("the API did not start; see its log in " + self._workdir.name)

@@ -38,7 +38,9 @@ def _wait_all_succeeded(url: str, expected: int, timeout: float) -> float:
     while _count_succeeded(url) < expected:
         if time.monotonic() > deadline:
             with psycopg.connect(url) as conn:
-                states = dict(conn.execute("SELECT state::text, count(*) FROM jobs GROUP BY 1").fetchall())
+                states: dict[str, int] = dict(
+                    conn.execute("SELECT state::text, count(*) FROM jobs GROUP BY 1").fetchall()
+                )
             raise RuntimeError(f"not all {expected} jobs succeeded in {timeout}s: {states}")
         time.sleep(0.02)
     with psycopg.connect(url) as conn:
@@ -139,7 +141,7 @@ def submit_rate(url: str, clients: int = 64, seconds: float = 8.0) -> dict[str, 
 
         def health_call(channel):
             stub = health_pb2_grpc.HealthStub(channel)
-            return lambda: stub.Check(health_pb2.HealthCheckRequest(), timeout=10)
+            return lambda: stub.Check(health_pb2.HealthCheckRequest(), timeout=10)  # type: ignore[attr-defined]  # the stubs' HealthStub lists no methods
 
         def submit_call(channel):
             stub = jobs_pb2_grpc.JobServiceStub(channel)
@@ -182,7 +184,9 @@ def pickup_latency(url: str, rate: float = 200.0, seconds: float = 15.0) -> dict
         answered = asyncio.run(_offer(pair.target, pair.metadata(), rate, seconds))
         _wait_all_succeeded(url, len(answered), timeout=60)
     with psycopg.connect(url) as conn:
-        started = dict(conn.execute("SELECT job_id::text, extract(epoch FROM started_at)::float8 FROM jobs").fetchall())
+        started: dict[str, float] = dict(
+            conn.execute("SELECT job_id::text, extract(epoch FROM started_at)::float8 FROM jobs").fetchall()
+        )
     # The worker is woken by the commit's notification, so it often claims before the caller has read
     # the answer: such pickups count as 0 ms. From the call being sent, for comparison, too.
     latencies = [max(0.0, started[job_id] - at) * 1000 for job_id, (_, at) in answered.items()]
@@ -234,8 +238,8 @@ def memory_soak(url: str, rate: float = 200.0, seconds: float = 600.0) -> dict[s
     window = min(60.0, seconds / 4)
     begin, end = samples[0][0], samples[-1][0]
     # The first window is warm-up (pools, caches, histograms filling); compare the next with the last.
-    early = [rss for at, rss in samples if begin + window <= at < begin + 2 * window] or [samples[0][1]]
-    late = [rss for at, rss in samples if at >= end - window]
+    early: list[float] = [rss for at, rss in samples if begin + window <= at < begin + 2 * window] or [samples[0][1]]
+    late: list[float] = [rss for at, rss in samples if at >= end - window]
     return {
         "early_mib": median(early) / 2**20,
         "late_mib": median(late) / 2**20,

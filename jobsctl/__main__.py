@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import gc
 import sys
 from collections.abc import Sequence
@@ -48,7 +49,7 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         return 130
 
 
-def _channel(args) -> grpc.Channel:
+def _channel(args: argparse.Namespace) -> grpc.Channel:
     """Plaintext unless a CA is given; a client certificate and key make it mutual TLS."""
     if not args.tls_ca:
         if args.tls_cert or args.tls_key:

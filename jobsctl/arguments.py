@@ -15,6 +15,9 @@ from google.protobuf import timestamp_pb2
 from jobs.v1 import jobs_pb2
 from jobsctl.rendering import parse_state, state_choices
 
+# argparse's own type for what add_subparsers() returns (a string: private classes are not generic at
+# run time).
+
 TARGET_DEFAULT = "127.0.0.1:50051"
 TIMEOUT_SECONDS_DEFAULT = 30.0
 STDIN_MARKER = "-"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from typing import cast
 
 from google.protobuf import json_format, timestamp_pb2
 from google.protobuf.message import Message
@@ -18,12 +20,13 @@ def state_name(state: int) -> str:
     return jobs_pb2.JobState.Name(state).removeprefix(_STATE_PREFIX)
 
 
-def parse_state(text: str) -> int:
+def parse_state(text: str) -> jobs_pb2.JobState:
     """Accepts `succeeded`, `SUCCEEDED` or `JOB_STATE_SUCCEEDED`; raises ValueError otherwise."""
     name = text.strip().upper().removeprefix(_STATE_PREFIX)
     if name == "UNSPECIFIED":
         raise ValueError(text)
-    return jobs_pb2.JobState.Value(_STATE_PREFIX + name)
+    # The generated .pyi types Value() as int and the field as JobState: the same int at run time.
+    return cast(jobs_pb2.JobState, jobs_pb2.JobState.Value(_STATE_PREFIX + name))
 
 
 def state_choices() -> list[str]:
@@ -160,6 +163,6 @@ def events_table(events: list[jobs_pb2.JobEvent]) -> str:
     return _table(rows)
 
 
-def _table(rows: list[tuple[str, ...]]) -> str:
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)

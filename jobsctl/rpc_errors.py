@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
+
+from shared.rpc_error_details import rpc_error_details
 
 EXIT_OK = 0
 EXIT_OTHER = 1
@@ -50,9 +50,9 @@ class RpcFailure:
     def _only_the_job_id_is_malformed(self) -> bool:
         return bool(self.field_violations) and all(f == JOB_ID_FIELD for f, _ in self.field_violations)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         """The --output json form, written to stderr."""
-        error: dict = {"code": self.code.name, "message": self.message}
+        error: dict[str, object] = {"code": self.code.name, "message": self.message}
         if self.reason:
             error["reason"] = self.reason
         if self.field_violations:
@@ -88,24 +88,13 @@ def describe(error: grpc.RpcError) -> RpcFailure:
     """Reads the rich status from the call's trailing metadata when the server sent one."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     message = (error.details() if hasattr(error, "details") else None) or ""
-    try:
-        status = rpc_status.from_call(error) if hasattr(error, "trailing_metadata") else None
-    except ValueError:  # details that contradict the status line are not worth showing
-        status = None
-    if status is None:
+    details = rpc_error_details(error)
+    if details is None:
         return RpcFailure(code, message)
-    reason, violations, retry_after = "", [], None
-    for detail in status.details:
-        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            detail.Unpack(info)
-            reason = info.reason
-        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            detail.Unpack(bad)
-            violations = [(v.field, v.description) for v in bad.field_violations]
-        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            retry = error_details_pb2.RetryInfo()
-            detail.Unpack(retry)
-            retry_after = retry.retry_delay.ToMilliseconds() / 1000
-    return RpcFailure(code, status.message or message, reason, violations, retry_after)
+    return RpcFailure(
+        code,
+        details.message or message,
+        details.reason,
+        list(details.field_violations),
+        details.retry_after_seconds,
+    )

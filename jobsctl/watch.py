@@ -8,7 +8,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 import grpc
 
@@ -20,6 +20,9 @@ from jobsctl.rpc_errors import (
     EXIT_JOB_OUTCOME_UNKNOWN,
     EXIT_OK,
 )
+
+if TYPE_CHECKING:  # commands imports this module
+    from jobsctl.commands import Call, Console
 
 # A job in OUTCOME_UNKNOWN waits for a person, so following it stops there too.
 EXIT_BY_SETTLED_STATE = {
@@ -40,8 +43,28 @@ class WaitTimedOut(Exception):
     """The job did not settle within the allowed time; exits like DEADLINE_EXCEEDED."""
 
 
+class JobStream(Protocol):
+    """A WatchJob call as the stub returns it: the states, and a way to end the call."""
+
+    def __iter__(self) -> Iterator[jobs_pb2.Job]: ...
+    def cancel(self) -> bool | None: ...
+
+
+class WatchStub(Protocol):
+    """What following needs of the JobService stub."""
+
+    def WatchJob(  # noqa: N802 - the generated stub's name
+        self, request: jobs_pb2.WatchJobRequest, *, timeout: float | None, metadata: tuple[tuple[str, str], ...]
+    ) -> JobStream: ...
+
+
 def follow(
-    stub, job_id: str, metadata, *, after_sequence: int = 0, max_wait: float | None = None
+    stub: WatchStub,
+    job_id: str,
+    metadata: tuple[tuple[str, str], ...],
+    *,
+    after_sequence: int = 0,
+    max_wait: float | None = None,
 ) -> Iterator[jobs_pb2.Job]:
     """Yields the job's states until one is settled (that one included). Reconnects after a dropped
     stream from the last sequence seen, at most RESUME_ATTEMPTS_MAX times in a row."""
@@ -94,7 +117,7 @@ class StatusLine:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
         if self._enabled:
             self._thread.join()
@@ -123,7 +146,7 @@ class StatusLine:
                     self._out.flush()
 
 
-def run_watch(call, args: argparse.Namespace, console) -> int:
+def run_watch(call: Call, args: argparse.Namespace, console: Console) -> int:
     settled: jobs_pb2.Job | None = None
     updates = follow(call.stub, args.job_id, call.metadata, after_sequence=args.after_sequence, max_wait=args.max_wait)
     if args.output == "json":

@@ -26,6 +26,7 @@ import urllib.request
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -123,7 +124,7 @@ class Stack:
     paths: DevPaths
     stop_requested: threading.Event = field(default_factory=threading.Event)
     children: list[Child] = field(default_factory=list)
-    embedded_server: object | None = None
+    embedded_server: Any = None  # pgserver.PostgresServer, imported only when used
 
     def check(self) -> None:
         """Raises if Ctrl-C came or a child exited; called from every wait while starting."""
@@ -347,7 +348,7 @@ def _wait_until_serving(stack: Stack, started: float) -> None:
         while time.monotonic() < deadline:
             stack.check()
             with contextlib.suppress(grpc.RpcError):
-                reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                reply = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)  # type: ignore[attr-defined]  # the stubs' HealthStub lists no methods
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
                     print(f"API serving on {stack.addresses.api} after {time.monotonic() - started:.1f}s")
                     return

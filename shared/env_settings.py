@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
+
+LOG_LEVEL_DEFAULT = "INFO"
 
 
 class SettingsError(ValueError):
@@ -47,6 +50,14 @@ def env_float(env: Mapping[str, str], name: str, default: float, *, minimum: flo
     if value < minimum:
         raise SettingsError(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def env_log_level(env: Mapping[str, str], name: str = "JOBS_LOG_LEVEL") -> str:
+    """A logging level name (DEBUG, INFO, WARNING, ERROR, CRITICAL), any case; INFO when unset."""
+    level = env_str(env, name, LOG_LEVEL_DEFAULT).upper()
+    if not isinstance(logging.getLevelNamesMapping().get(level), int):
+        raise SettingsError(f"{name} must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got {level!r}")
+    return level
 
 
 def env_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:

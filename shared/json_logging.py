@@ -7,6 +7,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 
+from shared.domain.jobs import Job
+
 # Fields that transitions carry (job id, tenant, kind, attempt, fencing token) and a few more.
 CONTEXT_FIELDS = (
     "job_id",
@@ -22,7 +24,7 @@ CONTEXT_FIELDS = (
 )
 
 
-def job_fields(job, **more: object) -> dict[str, object]:
+def job_fields(job: Job, **more: object) -> dict[str, object]:
     """The `extra=` of a log line about a transition of `job` (a Job: job_id, tenant, kind, attempts,
     fencing_token, state)."""
     return {

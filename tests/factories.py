@@ -138,7 +138,9 @@ async def insert_and_claim(db: Database, *, lease_seconds: float = LEASE_SECONDS
 async def set_state(db: Database, job_id: JobId, state: JobState, **columns: Any) -> None:
     """Puts a job into `state` directly, for states that no storage function reaches yet
     (cancelled, superseded). A terminal state drops the lease and stamps finished_at."""
-    assignments = [sql.SQL("state = %(state)s::job_state, transition_actor = 'test', transition_reason = 'arranged'")]
+    assignments: list[sql.Composable] = [
+        sql.SQL("state = %(state)s::job_state, transition_actor = 'test', transition_reason = 'arranged'")
+    ]
     if state in TERMINAL_STATES:
         assignments.append(sql.SQL("finished_at = clock_timestamp(), lease_owner = NULL, lease_expires_at = NULL"))
     assignments += [sql.SQL("{} = {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in columns]

@@ -6,11 +6,13 @@ import asyncio
 import json
 import os
 import time
+from pathlib import Path
 
 from shared.handlers import HandlerRegistry, JobContext, RetryableError
 
 HANG_SECONDS = 6
 TRACED_KIND = "traced"
+STALL_SECONDS_MAX = 60
 
 
 def register(registry: HandlerRegistry) -> None:
@@ -22,6 +24,7 @@ def register(registry: HandlerRegistry) -> None:
     registry.register("crash.once", backoff_base_seconds=0.1)(crash_once)
     registry.register("quick.flaky", max_attempts=3, backoff_base_seconds=0.1)(quick_flaky)
     registry.register(TRACED_KIND, max_attempts=3, backoff_base_seconds=0.1)(traced)
+    registry.register("stall.first", backoff_base_seconds=0.1)(stall_first)
 
 
 async def poison_exit(ctx: JobContext) -> bytes:
@@ -33,6 +36,17 @@ async def poison_hang(ctx: JobContext) -> bytes:
     """Blocks the event loop, so its worker stops heartbeating and its lease runs out."""
     time.sleep(HANG_SECONDS)  # noqa: ASYNC251 - blocking the loop is the point
     return b"too late"
+
+
+async def stall_first(ctx: JobContext) -> bytes:
+    """Attempt 1 freezes its worker (the event loop blocks: no heartbeats, nothing else runs) until the
+    file named by the payload exists, then returns; later attempts return at once."""
+    if ctx.attempt == 1:
+        release = Path(ctx.payload.decode())
+        deadline = time.monotonic() + STALL_SECONDS_MAX
+        while not release.exists() and time.monotonic() < deadline:  # noqa: ASYNC240 - as above
+            time.sleep(0.05)  # noqa: ASYNC251 - blocking the loop is the point
+    return b"attempt %d" % ctx.attempt
 
 
 async def charge(ctx: JobContext) -> bytes:

@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 import pytest
@@ -21,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc, worker_pb2_grpc
 
+T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKER_TOKEN = "test-worker-token"
 STARTUP_TIMEOUT_SECONDS = 20.0
@@ -34,7 +36,7 @@ FAST_WORKER_ENV = {
 }
 
 
-def wait_until(condition: Callable[[], object], *, timeout: float, interval: float = 0.05, what: str = "") -> object:
+def wait_until(condition: Callable[[], T | None], *, timeout: float, interval: float = 0.05, what: str = "") -> T:
     """Polls `condition` until it returns something truthy; fails the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -235,7 +237,7 @@ class ServiceStack:
             self._channels.append(channel)
         stub = health_pb2_grpc.HealthStub(channel)
         try:
-            response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1)
+            response = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1)  # type: ignore[attr-defined]  # the stubs' HealthStub lists no methods
         except grpc.RpcError:
             return "UNREACHABLE"
         return health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)

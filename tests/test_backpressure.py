@@ -10,10 +10,9 @@ from collections.abc import Iterator
 import grpc
 import psycopg
 import pytest
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from jobs.v1 import jobs_pb2
+from shared.rpc_error_details import rpc_error_details
 from tests.process_fixtures import ServiceStack, TenantClient, free_port, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -31,13 +30,9 @@ def _refusal(call) -> grpc.RpcError:
 
 
 def _retry_delay_seconds(error: grpc.RpcError) -> float:
-    status = rpc_status.from_call(error)
-    assert status is not None, error.details()
-    for detail in status.details:
-        info = error_details_pb2.RetryInfo()
-        if detail.Unpack(info):
-            return info.retry_delay.ToTimedelta().total_seconds()
-    raise AssertionError(f"no RetryInfo in {error.details()}")
+    details = rpc_error_details(error)
+    assert details is not None and details.retry_after_seconds is not None, error.details()
+    return details.retry_after_seconds
 
 
 def _api_backends(database_url: str, *, waiting_on_a_lock: bool = False) -> int:

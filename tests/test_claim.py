@@ -92,7 +92,7 @@ async def test_a_short_lease_expires_and_the_next_claim_gets_a_higher_token(db, 
     first = await factories.claim_one(db, lease_seconds=0.05)
 
     async with asyncio.timeout(10):
-        rescued = []
+        rescued: list[lease_store.Transition] = []
         while not rescued:
             rescued = await factories.rescue_expired(db)
     second = await factories.claim_one(db)

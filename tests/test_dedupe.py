@@ -66,6 +66,7 @@ async def test_a_submission_waits_for_an_identical_one_in_flight_and_attaches_to
 
     attached, created = await waiting
 
+    assert first is not None
     assert (attached, created) == (first.job_id, False)
     assert job_count(sync_db) == 1
 

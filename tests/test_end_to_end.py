@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+from pathlib import Path
 
 import grpc
 import psycopg
@@ -16,6 +17,7 @@ from tests.process_fixtures import ServiceStack, wait_until
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 SUCCEEDED = jobs_pb2.JOB_STATE_SUCCEEDED
+TEST_HANDLERS = {"JOBS_HANDLER_MODULES": "tests.handlers_for_tests"}
 
 
 def _count(database_url: str, query: str, params=()) -> int:
@@ -25,7 +27,9 @@ def _count(database_url: str, query: str, params=()) -> int:
 
 def _row(database_url: str, query: str, params=()) -> tuple:
     with psycopg.connect(database_url) as conn:
-        return conn.execute(query, params).fetchone()
+        row = conn.execute(query, params).fetchone()
+    assert row is not None, query
+    return row
 
 
 def test_echo_jobs_from_two_tenants_all_succeed_with_one_result_each(service_stack: ServiceStack) -> None:
@@ -55,8 +59,8 @@ def test_echo_jobs_from_two_tenants_all_succeed_with_one_result_each(service_sta
     for job_id, (tenant, payload) in submitted.items():
         client = service_stack.tenant(tenant)
         assert client.get(job_id).state == SUCCEEDED
-        result = client.result(job_id)
-        assert (result.payload, result.attempt, result.fencing_token) == (payload, 1, 1)
+        stored = client.result(job_id)
+        assert (stored.payload, stored.attempt, stored.fencing_token) == (payload, 1, 1)
     assert _count(service_stack.database_url, "SELECT count(*) FROM job_results") == 500
     workers = _count(
         service_stack.database_url,
@@ -108,20 +112,21 @@ def test_sigkilled_worker_jobs_finish_on_the_other_replica(service_stack: Servic
     assert reasons == 4
 
 
-def test_paused_worker_cannot_overwrite_the_newer_attempts_result(service_stack: ServiceStack) -> None:
-    api = service_stack.start_api()
-    paused = service_stack.start_worker("paused", JOBS_WORKER_CONCURRENCY="1")
+def test_paused_worker_cannot_overwrite_the_newer_attempts_result(service_stack: ServiceStack, tmp_path: Path) -> None:
+    """The first worker freezes mid-attempt (its event loop blocked, as in a long pause): its lease runs
+    out, another replica runs the job to success, and the late completion is refused."""
+    api = service_stack.start_api(**TEST_HANDLERS)
+    paused = service_stack.start_worker("paused", JOBS_WORKER_CONCURRENCY="1", **TEST_HANDLERS)
     client = service_stack.tenant("acme")
-    payload = json.dumps({"seconds": 2.5}).encode()
-    job_id = client.submit("sleep", payload).job.job_id
+    release = tmp_path / "release-the-paused-worker"
+    job_id = client.submit("stall.first", str(release).encode()).job.job_id
     url = service_stack.database_url
     wait_until(
         lambda: _count(url, "SELECT count(*) FROM jobs WHERE state = 'running' AND lease_owner = 'paused'") == 1,
         timeout=15,
         what="the first worker to claim the job",
     )
-    paused.signal(signal.SIGSTOP)
-    service_stack.start_worker("other", JOBS_WORKER_CONCURRENCY="1")
+    service_stack.start_worker("other", JOBS_WORKER_CONCURRENCY="1", **TEST_HANDLERS)
     wait_until(lambda: client.get(job_id).state == SUCCEEDED, timeout=30, what="the other replica to finish")
     stored = _row(
         url, "SELECT payload, attempt, fencing_token, created_at FROM job_results WHERE job_id = %s", (job_id,)
@@ -129,7 +134,7 @@ def test_paused_worker_cannot_overwrite_the_newer_attempts_result(service_stack:
     assert stored[1:3] == (2, 2)
     refusals_before = api.metric_value("jobs_fenced_rejections_total", {"reason": "LEASE_LOST"})
 
-    paused.signal(signal.SIGCONT)
+    release.touch()
     wait_until(
         lambda: "report refused: lease_lost" in paused.log_text(),
         timeout=15,
@@ -171,7 +176,8 @@ def test_api_health_reflection_and_graceful_shutdown(service_stack: ServiceStack
     assert service_stack.health("liveness") == "SERVING"
     assert service_stack.health("jobs.v1.JobService") == "SERVING"
     stub = reflection_pb2_grpc.ServerReflectionStub(service_stack.channel())
-    responses = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    request = reflection_pb2.ServerReflectionRequest(list_services="")
+    responses = stub.ServerReflectionInfo(iter([request]))  # type: ignore[operator]  # the stubs leave it untyped
     names = {s.name for r in responses for s in r.list_services_response.service}
     assert {"jobs.v1.JobService", "jobs.v1.WorkerService", "grpc.health.v1.Health"} <= names
     api.signal(signal.SIGTERM)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime
+from typing import Any
 
 import psycopg
 import pytest
@@ -14,7 +15,7 @@ from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
 from shared.domain.errors import FailedPrecondition, InvalidArgument, JobCancelled, JobSuperseded, LeaseLost
-from shared.domain.ids import FencingToken
+from shared.domain.ids import FencingToken, JobId
 from shared.domain.jobs import (
     ClaimedJob,
     Completion,
@@ -64,7 +65,7 @@ def lease_of(claimed: ClaimedJob, token: int | None = None) -> LeaseRef:
 
 
 # Each report a worker can make with a lease; all must be refused the same way when the lease is stale.
-Report = Callable[[WorkerReports, LeaseRef], Awaitable[object]]
+Report = Callable[[WorkerReports, LeaseRef], Coroutine[Any, Any, object]]
 REPORTS: dict[str, Report] = {
     "complete": lambda r, lease: r.complete(WORKER_ID, Completion(lease.job_id, lease.fencing_token, b"late")),
     "fail": lambda r, lease: r.fail(WORKER_ID, lease, JobError(ErrorCategory.RETRYABLE, "boom")),
@@ -385,7 +386,9 @@ async def test_a_report_with_a_malformed_lease_is_invalid(db, sync_db, reports):
 
     with pytest.raises(InvalidArgument) as raised:
         await reports.fail(
-            WORKER_ID, LeaseRef(claimed.job_id.upper(), claimed.fencing_token), JobError(ErrorCategory.PERMANENT, "x")
+            WORKER_ID,
+            LeaseRef(JobId(claimed.job_id.upper()), claimed.fencing_token),
+            JobError(ErrorCategory.PERMANENT, "x"),
         )
     assert raised.value.violations[0].field == "lease[0].job_id"
     with pytest.raises(InvalidArgument) as raised:

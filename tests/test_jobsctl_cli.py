@@ -527,7 +527,7 @@ class _WatchStub:
         return self._streams.pop(0)
 
 
-def _state(state: int, sequence: int) -> jobs_pb2.Job:
+def _state(state: jobs_pb2.JobState, sequence: int) -> jobs_pb2.Job:
     return jobs_pb2.Job(job_id="j", state=state, sequence=sequence)
 
 

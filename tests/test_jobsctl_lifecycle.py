@@ -39,6 +39,7 @@ def _states(watch_output: str) -> list[str]:
 def test_watch_shows_each_transition_live_and_exits_0_on_success(service_stack: ServiceStack, api: str) -> None:
     job_id = _submit(api, "sleep", '{"seconds": 1.5}')
     watch = start_jobsctl(api, "watch", job_id)
+    assert watch.stdout is not None
     # Before any worker exists the job waits, and watch says so and keeps going.
     first_line = watch.stdout.readline().decode()
     assert first_line.split()[1:3] == ["#1", "PENDING"], first_line
@@ -119,7 +120,9 @@ def test_cancel_of_a_running_job_is_requested_and_the_worker_stops_it(service_st
     service_stack.start_worker("w1")
     job_id = _submit(api, "sleep", '{"seconds": 30}')
     watch = start_jobsctl(api, "watch", job_id)
-    wait_until(lambda: b"RUNNING" in watch.stdout.readline(), timeout=20, what="the job to run")
+    output = watch.stdout
+    assert output is not None
+    wait_until(lambda: b"RUNNING" in output.readline(), timeout=20, what="the job to run")
     cancelled = jobsctl(api, "cancel", job_id)
     assert cancelled.code == 0, cancelled.stderr
     assert "cancel requested; state RUNNING" in cancelled.text
@@ -139,6 +142,7 @@ def test_watch_gives_up_at_max_wait_with_exit_5(api: str) -> None:
 def test_watch_resumes_from_its_last_sequence_when_the_api_restarts(service_stack: ServiceStack, api: str) -> None:
     job_id = _submit(api, "echo", "after the restart")
     watch = start_jobsctl(api, "watch", job_id)
+    assert watch.stdout is not None
     first_line = watch.stdout.readline().decode()
     assert "PENDING" in first_line
     api_process = service_stack.processes[0]

@@ -11,10 +11,9 @@ import grpc
 import psycopg
 import pytest
 from google.protobuf import timestamp_pb2
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from jobs.v1 import jobs_pb2, worker_pb2
+from shared.rpc_error_details import rpc_error_details
 from shared.storage import lease_store
 from tests.process_fixtures import ServiceStack, TenantClient, wait_until
 
@@ -36,11 +35,8 @@ def _wait_state(client: TenantClient, job_id: str, state: str, timeout: float = 
 
 
 def _reason(error: grpc.RpcError) -> str:
-    for detail in rpc_status.from_call(error).details:
-        info = error_details_pb2.ErrorInfo()
-        if detail.Unpack(info):
-            return info.reason
-    return ""
+    details = rpc_error_details(error)
+    return details.reason if details is not None else ""
 
 
 def _events(client: TenantClient, job_id: str) -> list[jobs_pb2.JobEvent]:
@@ -81,7 +77,7 @@ def test_retryable_failures_wait_out_a_backoff_and_stop_at_max_attempts(stack: S
     client = stack.tenant("acme")
     job_id = client.submit("quick.flaky", json.dumps({"fail_times": 9}).encode()).job.job_id
     seen_retry_wait = wait_until(
-        lambda: (job := client.get(job_id)).state == S.JOB_STATE_RETRY_WAIT and job,
+        lambda: job if (job := client.get(job_id)).state == S.JOB_STATE_RETRY_WAIT else None,
         timeout=15,
         interval=0.01,
         what="RETRY_WAIT",

@@ -13,6 +13,7 @@ from api_service.usecases.admission import SubmissionAdmission, TenantLimits, To
 from api_service.usecases.submission import SubmissionService
 from shared.domain.errors import DeadlineExceeded, ResourceExhausted
 from shared.domain.ids import TenantId
+from shared.domain.jobs import JobState
 from shared.domain.submission_rules import SubmissionLimits
 from shared.handlers.loader import load_registry
 from shared.storage.database import Database, call_deadline
@@ -67,7 +68,7 @@ async def test_the_waiting_jobs_cap_counts_the_database_and_what_was_admitted_si
     )
     await factories.insert_jobs(db, 3, tenant=ACME)
     finished = await factories.insert_job(db, tenant=ACME)
-    await factories.set_state(db, finished.job_id, factories.JobState.SUCCEEDED)
+    await factories.set_state(db, finished.job_id, JobState.SUCCEEDED)
 
     await admission.admit(ACME, 2)  # 3 waiting + 2 = the cap
     with pytest.raises(ResourceExhausted):

@@ -93,7 +93,7 @@ def _client_loop(stack: ServiceStack, index: int, stop_at: float, ledger: Ledger
             except grpc.RpcError as error:
                 if error.code() not in INDETERMINATE:
                     with ledger.lock:
-                        ledger.unexpected.append((key, error.code().name, error.details()))
+                        ledger.unexpected.append((key, error.code().name, error.details() or ""))
                     break
                 with ledger.lock:
                     ledger.retries += 1

@@ -14,7 +14,7 @@ from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
 from shared.domain.errors import FailedPrecondition, JobSuperseded, NotFound
 from shared.domain.ids import JobId, TenantId
-from shared.domain.jobs import Completion, ReportOutcome
+from shared.domain.jobs import Completion, JobResult, ReportOutcome
 from shared.domain.submission_rules import SubmissionLimits
 from shared.handlers.loader import load_registry
 from shared.storage import job_store
@@ -100,11 +100,12 @@ async def test_another_tenant_is_never_served_the_kept_result(db, queries, submi
     reads = CallCounter(monkeypatch, "get_result")
     await queries.get_result(TENANT, job_id)
 
-    mine, theirs = await asyncio.gather(
+    answers: list[object] = await asyncio.gather(
         queries.get_result(TENANT, job_id), queries.get_result(OTHER_TENANT, job_id), return_exceptions=True
     )
+    mine, theirs = answers
 
-    assert mine.payload == b"secret"
+    assert isinstance(mine, JobResult) and mine.payload == b"secret"
     assert isinstance(theirs, NotFound) and str(theirs) == "job not found"
     assert reads.calls == 2  # the other tenant's lookup went to the database, under its own key
     with pytest.raises(NotFound):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -141,7 +142,7 @@ async def test_submit_jobs_needs_between_one_and_the_batch_limit(service, sync_d
 
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
-INVALID = {
+INVALID: dict[str, tuple[dict[str, Any], str]] = {
     "empty kind": ({"kind": ""}, "kind"),
     "malformed kind": ({"kind": "Not A Kind"}, "kind"),
     "unknown kind": ({"kind": "no-such-kind"}, "kind"),

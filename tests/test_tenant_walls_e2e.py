@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
+from typing import cast
 
 import grpc
 import psycopg
@@ -12,6 +14,7 @@ import pytest
 from google.protobuf import timestamp_pb2
 
 from jobs.v1 import jobs_pb2
+from shared.rpc_error_details import STATUS_DETAILS_METADATA_KEY
 from tests.database_roles import ServiceLogins
 from tests.process_fixtures import ServiceStack, TenantClient, wait_until
 
@@ -29,7 +32,7 @@ def _answer(call) -> tuple:
         if hasattr(result, "__iter__") and not isinstance(result, bytes | str):
             list(result)
     error = raised.value
-    details = dict(error.trailing_metadata() or ()).get("grpc-status-details-bin")
+    details = dict(cast(Iterable[tuple[str, bytes]], error.trailing_metadata() or ())).get(STATUS_DETAILS_METADATA_KEY)
     return error.code(), error.details(), details
 
 

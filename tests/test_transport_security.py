@@ -72,7 +72,9 @@ def _presented_certificate(port: int, tls: TlsFiles) -> bytes:
         socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
         context.wrap_socket(raw, server_hostname="localhost") as wrapped,
     ):
-        return wrapped.getpeercert(binary_form=True)
+        certificate = wrapped.getpeercert(binary_form=True)
+    assert certificate is not None, "the server presented no certificate"
+    return certificate
 
 
 def _der(pair: KeyPair) -> bytes:
@@ -120,7 +122,7 @@ def test_mutual_tls_for_tenants_and_workers_with_a_plaintext_health_port(
         with pytest.raises(grpc.RpcError) as raised:
             jobs_pb2_grpc.JobServiceStub(probe_channel).GetJob(jobs_pb2.GetJobRequest(job_id=job_id), timeout=5)
         assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        status = health_pb2_grpc.HealthStub(probe_channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        status = health_pb2_grpc.HealthStub(probe_channel).Check(health_pb2.HealthCheckRequest(), timeout=5)  # type: ignore[attr-defined]  # the stubs' HealthStub lists no methods
         assert status.status == health_pb2.HealthCheckResponse.SERVING
 
 

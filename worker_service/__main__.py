@@ -11,7 +11,7 @@ import sys
 from prometheus_client import disable_created_metrics, start_http_server
 
 from shared.domain.errors import JobsError
-from shared.env_settings import SettingsError, split_host_port
+from shared.env_settings import LOG_LEVEL_DEFAULT, SettingsError, split_host_port
 from shared.handlers.loader import load_registry
 from shared.json_logging import configure_logging
 from shared.storage.database import Database, PoolSettings
@@ -62,10 +62,13 @@ async def run(settings: WorkerSettings) -> None:
 
 
 def main() -> int:
-    configure_logging(os.environ.get("JOBS_LOG_LEVEL", "INFO").upper(), "worker_service")
+    # Until the settings are read, so that an error in them is logged too.
+    configure_logging(LOG_LEVEL_DEFAULT, "worker_service")
     disable_created_metrics()
     try:
-        asyncio.run(run(WorkerSettings.from_env(os.environ)))
+        settings = WorkerSettings.from_env(os.environ)
+        configure_logging(settings.log_level, "worker_service")
+        asyncio.run(run(settings))
         return 0
     except SettingsError as exc:
         log.error("configuration error: %s", exc)

@@ -10,10 +10,11 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
+from google.protobuf.message import Message
 
 from jobs.v1 import worker_pb2, worker_pb2_grpc
 from shared.domain.jobs import Completion, JobError, JobState, LeaseRef, LeaseStatus, ReportOutcome
+from shared.rpc_error_details import rpc_error_details
 from worker_service import convert
 from worker_service.transport_security import ClientTlsFiles
 
@@ -27,6 +28,9 @@ _REFUSALS = {
     "JOB_SUPERSEDED": ReportOutcome.JOB_SUPERSEDED,
 }
 CALL_TIMEOUT_SECONDS = 10.0
+# Retries of an indeterminate failure back off from the first delay, doubling up to the cap.
+RETRY_DELAY_FIRST_SECONDS = 0.05
+RETRY_DELAY_MAX_SECONDS = 2.0
 
 
 class ApiUnreachable(Exception):
@@ -37,15 +41,10 @@ class CredentialRejected(Exception):
     """The API refused the worker token: a configuration error, not worth retrying."""
 
 
-def _error_reason(error: grpc.aio.AioRpcError) -> str | None:
-    for key, value in error.trailing_metadata() or ():
-        if key == "grpc-status-details-bin":
-            status = status_pb2.Status.FromString(value)
-            for detail in status.details:
-                info = error_details_pb2.ErrorInfo()
-                if detail.Unpack(info):
-                    return info.reason
-    return None
+def _refusal(error: grpc.aio.AioRpcError) -> ReportOutcome | None:
+    """The fencing refusal a FAILED_PRECONDITION carries in its ErrorInfo, if it is one."""
+    details = rpc_error_details(error)
+    return _REFUSALS.get(details.reason) if details is not None else None
 
 
 class ApiClient:
@@ -62,9 +61,11 @@ class ApiClient:
     async def close(self) -> None:
         await self._channel.close()
 
-    async def _call(self, method: Callable[..., Awaitable[T]], request, *, deadline: float) -> T | ReportOutcome:
+    async def _call(
+        self, method: Callable[..., Awaitable[T]], request: Message, *, deadline: float
+    ) -> T | ReportOutcome:
         """Retries indeterminate failures with jittered backoff until `deadline` (monotonic)."""
-        delay = 0.05
+        delay = RETRY_DELAY_FIRST_SECONDS
         while True:
             try:
                 response = await method(request, metadata=self._metadata, timeout=CALL_TIMEOUT_SECONDS)
@@ -72,9 +73,10 @@ class ApiClient:
                 return response
             except grpc.aio.AioRpcError as error:
                 code = error.code()
-                if code == grpc.StatusCode.FAILED_PRECONDITION and _error_reason(error) in _REFUSALS:
+                refusal = _refusal(error) if code == grpc.StatusCode.FAILED_PRECONDITION else None
+                if refusal is not None:
                     self.reachable.set()
-                    return _REFUSALS[_error_reason(error)]
+                    return refusal
                 if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                     raise CredentialRejected(error.details()) from None
                 if code not in _INDETERMINATE:
@@ -83,7 +85,7 @@ class ApiClient:
                 if time.monotonic() + delay > deadline:
                     raise ApiUnreachable(f"{code.name}: {error.details()}") from None
                 await asyncio.sleep(delay * random.uniform(0.5, 1.0))
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 2, RETRY_DELAY_MAX_SECONDS)
 
     async def heartbeat(
         self, leases: list[LeaseRef], extend_by_seconds: float, *, deadline: float

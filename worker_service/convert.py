@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import cast
 
 from google.protobuf import duration_pb2
 
@@ -10,7 +11,11 @@ from jobs.v1 import jobs_pb2, worker_pb2
 from shared.domain.ids import FencingToken, JobId
 from shared.domain.jobs import Completion, ErrorCategory, JobError, JobState, LeaseRef, LeaseStatus, ReportOutcome
 
-_CATEGORY_TO_PROTO = {c: jobs_pb2.ErrorCategory.Value(f"ERROR_CATEGORY_{c.name}") for c in ErrorCategory}
+# The generated .pyi types an enum's Value() as int but its fields as the enum class; at run time both
+# are the same int, so the table says which it holds.
+_CATEGORY_TO_PROTO = {
+    c: cast(jobs_pb2.ErrorCategory, jobs_pb2.ErrorCategory.Value(f"ERROR_CATEGORY_{c.name}")) for c in ErrorCategory
+}
 _STATE_FROM_PROTO = {jobs_pb2.JobState.Value(f"JOB_STATE_{s.name}"): s for s in JobState}
 _OUTCOME_FROM_PROTO = {worker_pb2.ReportOutcome.Value(f"REPORT_OUTCOME_{o.name}"): o for o in ReportOutcome}
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 from shared.metric_labels import TenantLabeler
 from shared.pool_metrics import PoolStatsCollector
 from shared.process_metrics import register_process_metrics
 
+MetricT = TypeVar("MetricT", bound=MetricWrapperBase)
 SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 
 
@@ -17,7 +20,7 @@ class WorkerMetrics:
     def __init__(self, tenant_limit: int) -> None:
         self.registry = r = CollectorRegistry()
         register_process_metrics(r, "worker")
-        self._children: dict[tuple, object] = {}
+        self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
         self.tenant_label = TenantLabeler(tenant_limit)
         self.claimed = Counter("jobs_claimed_total", "Jobs claimed (attempts started).", ["tenant", "kind"], registry=r)
         self.retries = Counter(
@@ -60,12 +63,12 @@ class WorkerMetrics:
         """Exports the connection pool's statistics, read from `stats` at scrape time."""
         self.registry.register(PoolStatsCollector(stats))
 
-    def _child(self, metric, *labels: str):
+    def _child(self, metric: MetricT, *labels: str) -> MetricT:
         """The labelled series, looked up once: `labels()` takes a lock and builds keys on every call,
         which showed in the worker's profile at thousands of jobs per second."""
         key = (metric, labels)
         child = self._children.get(key)
-        if child is None:
+        if not isinstance(child, type(metric)):
             child = self._children[key] = metric.labels(*labels)
         return child
 

@@ -8,7 +8,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shared.env_settings import env_float, env_int, env_list, env_optional, env_str
+from shared.env_settings import env_float, env_int, env_list, env_log_level, env_optional, env_str
 from shared.metric_labels import TENANT_LIMIT_DEFAULT
 from shared.storage.database_settings import DatabaseSettings
 from worker_service.transport_security import ClientTlsFiles
@@ -17,6 +17,15 @@ API_TARGET_DEFAULT = "127.0.0.1:50051"
 LEASE_SECONDS_DEFAULT = 30.0
 CONCURRENCY_DEFAULT = 10
 RETENTION_SECONDS_DEFAULT = 7 * 24 * 3600.0
+POLL_INTERVAL_SECONDS_DEFAULT = 1.0
+# Sweeps at least four times per lease, so an expired lease waits at most a quarter lease for rescue.
+RESCUE_INTERVAL_SECONDS_MAX = 5.0
+SHUTDOWN_GRACE_SECONDS_DEFAULT = 20.0
+# How long a completion waits for others to share its CompleteJobs call.
+COMPLETION_FLUSH_SECONDS_DEFAULT = 0.002
+COMPLETION_BATCH_MAX_DEFAULT = 200
+CLAIM_BATCH_MAX_DEFAULT = 200
+RETENTION_INTERVAL_SECONDS_DEFAULT = 60.0
 
 
 @dataclass(frozen=True)
@@ -62,17 +71,21 @@ class WorkerSettings:
             concurrency=env_int(env, "JOBS_WORKER_CONCURRENCY", CONCURRENCY_DEFAULT, minimum=1),
             metrics_listen=env_optional(env, "JOBS_METRICS_LISTEN"),
             handler_modules=env_list(env, "JOBS_HANDLER_MODULES"),
-            poll_interval_seconds=env_float(env, "JOBS_POLL_INTERVAL_SECONDS", 1.0, minimum=0.05),
-            rescue_interval_seconds=env_float(
-                env, "JOBS_RESCUE_INTERVAL_SECONDS", min(5.0, lease_seconds / 4), minimum=0.1
+            poll_interval_seconds=env_float(
+                env, "JOBS_POLL_INTERVAL_SECONDS", POLL_INTERVAL_SECONDS_DEFAULT, minimum=0.05
             ),
-            shutdown_grace_seconds=env_float(env, "JOBS_SHUTDOWN_GRACE_SECONDS", 20.0),
-            completion_flush_seconds=env_float(env, "JOBS_COMPLETION_FLUSH_SECONDS", 0.002),
-            completion_batch_max=env_int(env, "JOBS_COMPLETION_BATCH_MAX", 200, minimum=1),
-            claim_batch_max=env_int(env, "JOBS_CLAIM_BATCH_MAX", 200, minimum=1),
+            rescue_interval_seconds=env_float(
+                env, "JOBS_RESCUE_INTERVAL_SECONDS", min(RESCUE_INTERVAL_SECONDS_MAX, lease_seconds / 4), minimum=0.1
+            ),
+            shutdown_grace_seconds=env_float(env, "JOBS_SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE_SECONDS_DEFAULT),
+            completion_flush_seconds=env_float(env, "JOBS_COMPLETION_FLUSH_SECONDS", COMPLETION_FLUSH_SECONDS_DEFAULT),
+            completion_batch_max=env_int(env, "JOBS_COMPLETION_BATCH_MAX", COMPLETION_BATCH_MAX_DEFAULT, minimum=1),
+            claim_batch_max=env_int(env, "JOBS_CLAIM_BATCH_MAX", CLAIM_BATCH_MAX_DEFAULT, minimum=1),
             retention_seconds=env_float(env, "JOBS_RETENTION_SECONDS", RETENTION_SECONDS_DEFAULT),
-            retention_interval_seconds=env_float(env, "JOBS_RETENTION_INTERVAL_SECONDS", 60.0, minimum=1.0),
+            retention_interval_seconds=env_float(
+                env, "JOBS_RETENTION_INTERVAL_SECONDS", RETENTION_INTERVAL_SECONDS_DEFAULT, minimum=1.0
+            ),
             metrics_tenant_limit=env_int(env, "JOBS_METRICS_TENANT_LIMIT", TENANT_LIMIT_DEFAULT, minimum=1),
-            log_level=env_str(env, "JOBS_LOG_LEVEL", "INFO").upper(),
+            log_level=env_log_level(env),
             tls=ClientTlsFiles.from_env(env),
         )

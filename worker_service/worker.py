@@ -8,10 +8,20 @@ import enum
 import logging
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from shared.domain.errors import JobsError, LeaseLost
-from shared.domain.jobs import ClaimedJob, Completion, ErrorCategory, JobError, JobState, LeaseRef, ReportOutcome
+from shared.domain.jobs import (
+    ClaimedJob,
+    Completion,
+    ErrorCategory,
+    JobError,
+    JobState,
+    LeaseRef,
+    LeaseStatus,
+    ReportOutcome,
+)
 from shared.handlers.api import HandlerError, HandlerRegistry, HandlerSpec, JobContext, PermanentError
 from shared.storage import lease_store
 from shared.storage.database import Database
@@ -43,6 +53,9 @@ class StopReason(enum.StrEnum):
     CANCEL_REQUESTED = "cancel_requested"  # still held: report so the job ends CANCELLED
     ENDED_ELSEWHERE = "ended_elsewhere"  # cancelled or superseded while we were not looking
     LEASE_LOST = "lease_lost"
+    # Heartbeats kept failing until the lease ran out by this replica's clock: another replica may run
+    # the job by now, and a report would be refused, so the handler stops and nothing is reported.
+    LEASE_EXPIRED = "lease_expired"
     SHUTDOWN = "shutdown"
 
 
@@ -50,13 +63,14 @@ class StopReason(enum.StrEnum):
 class ActiveJob:
     claimed: ClaimedJob
     context: JobContext
-    # Monotonic time by which the lease runs out unless a heartbeat extends it.
+    # Monotonic time by which the lease has surely run out unless a heartbeat extends it: taken after
+    # the claim or heartbeat answer that set it, so it is never earlier than the database's expiry.
     lease_deadline: float
-    task: asyncio.Task | None = None
+    task: asyncio.Task[None] | None = None
     stop_reason: StopReason | None = None
     # Once the handler returned, the report goes out whatever the heartbeats say: fencing decides.
     reporting: bool = False
-    log_fields: dict = field(default_factory=dict)
+    log_fields: dict[str, object] = field(default_factory=dict)
     span: AttemptSpan = NO_SPAN
 
     @property
@@ -86,6 +100,8 @@ class Worker:
         self._active: dict[str, ActiveJob] = {}
         self._wake = asyncio.Event()
         self._heartbeat_now = asyncio.Event()
+        # Set when a lease deadline appears that the expiry watch may not be waiting for yet.
+        self._new_lease = asyncio.Event()
         # A background duty that died (a refused credential, a bug) stops the replica.
         self._fatal: BaseException | None = None
 
@@ -97,6 +113,7 @@ class Worker:
         background = [
             asyncio.create_task(self._batcher.run(), name="completion-batcher"),
             asyncio.create_task(self._keep_leases(), name="lease-keeper"),
+            asyncio.create_task(self._stop_expired_leases(), name="lease-expiry"),
             asyncio.create_task(
                 rescue_leases(self._db, self._metrics, self._settings.rescue_interval_seconds), name="lease-rescuer"
             ),
@@ -126,13 +143,14 @@ class Worker:
             task.add_done_callback(self._on_background_done)
         stop_waiter = asyncio.create_task(stop.wait())
         stop_waiter.add_done_callback(lambda _: self.wake())
+        everything: list[asyncio.Task[object]] = [*background, stop_waiter]
         try:
             await self._claim_until(stop)
             await self._drain()
         finally:
-            for task in [*background, stop_waiter]:
-                task.cancel()
-            await asyncio.gather(*background, stop_waiter, return_exceptions=True)
+            for pending in everything:
+                pending.cancel()
+            await asyncio.gather(*everything, return_exceptions=True)
         if self._fatal is not None:
             raise self._fatal
 
@@ -141,7 +159,7 @@ class Worker:
         if job_id in self._active:
             self._heartbeat_now.set()
 
-    def _on_background_done(self, task: asyncio.Task) -> None:
+    def _on_background_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
             self._fatal = task.exception()
             log.error("%s stopped: %r", task.get_name(), self._fatal)
@@ -220,6 +238,7 @@ class Worker:
             },
         )
         self._active[job.job_id] = active
+        self._new_lease.set()
         self._metrics.in_flight.set(len(self._active))
         self._metrics.count_claim(job.tenant, job.kind, job.attempt)
         self._metrics.observe_queue_wait(job.kind, max((job.claimed_at - job.queued_since).total_seconds(), 0.0))
@@ -245,17 +264,18 @@ class Worker:
             result = await active.span.record(self._invoke(spec, active.context))
             error = None
         except asyncio.CancelledError:
-            if active.stop_reason is None:
+            reason = active.stop_reason
+            if reason is None:
                 raise
-            asyncio.current_task().uncancel()
+            _uncancel_current_task()
             self._metrics.observe_execution(job.kind, time.monotonic() - started)
-            await self._after_stop(active)
+            await self._after_stop(active, reason)
             return
         except LeaseLost:
             # A receipt write found the lease gone: the job belongs to a newer attempt now.
             active.stop_reason = StopReason.LEASE_LOST
             active.span.stopped(StopReason.LEASE_LOST.value)
-            await self._after_stop(active)
+            await self._after_stop(active, StopReason.LEASE_LOST)
             return
         except HandlerError as exc:
             error = JobError(exc.category, str(exc) or type(exc).__name__)
@@ -326,8 +346,8 @@ class Worker:
             extra={**active.log_fields, "state": outcome.value},
         )
 
-    async def _after_stop(self, active: ActiveJob) -> None:
-        job, reason = active.claimed, active.stop_reason
+    async def _after_stop(self, active: ActiveJob, reason: StopReason) -> None:
+        job = active.claimed
         if reason is StopReason.CANCEL_REQUESTED:
             await self._report_failure(active, JobError(ErrorCategory.PERMANENT, "cancelled on request"))
             return
@@ -345,6 +365,11 @@ class Worker:
             label = "released" if not isinstance(state, ReportOutcome) else _REFUSAL_LABELS[state]
             self._metrics.count_outcome(job.tenant, job.kind, label)
             log.info("released at shutdown", extra=active.log_fields)
+            return
+        if reason is StopReason.LEASE_EXPIRED:
+            self._metrics.leases_lost.inc()
+            self._metrics.count_outcome(job.tenant, job.kind, "lease_lost")
+            log.warning("stopped: lease expired with no heartbeat answered; not reported", extra=active.log_fields)
             return
         if reason is StopReason.LEASE_LOST:
             self._metrics.leases_lost.inc()
@@ -384,21 +409,40 @@ class Worker:
             except ApiUnreachable as exc:
                 log.warning("heartbeat failed: %s", exc)
             else:
-                self._metrics.heartbeat_seconds.observe(time.monotonic() - sent_at)
-                self._apply(actives, statuses, sent_at)
+                answered_at = time.monotonic()
+                self._metrics.heartbeat_seconds.observe(answered_at - sent_at)
+                self._apply(actives, statuses, answered_at)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._heartbeat_now.wait(), max(interval - (time.monotonic() - sent_at), 0.0))
 
-    def _apply(self, actives: list[ActiveJob], statuses, sent_at: float) -> None:
+    def _apply(self, actives: list[ActiveJob], statuses: Sequence[LeaseStatus], answered_at: float) -> None:
         for active, status in zip(actives, statuses, strict=True):
             if status.held and not status.cancel_requested:
-                active.lease_deadline = sent_at + self._settings.lease_seconds
+                active.lease_deadline = answered_at + self._settings.lease_seconds
             elif status.held:
                 self._stop(active, StopReason.CANCEL_REQUESTED)
             elif status.cancel_requested or status.superseded:
                 self._stop(active, StopReason.ENDED_ELSEWHERE)
             else:
                 self._stop(active, StopReason.LEASE_LOST)
+
+    async def _stop_expired_leases(self) -> None:
+        """Stops each running handler whose lease ran out by this replica's clock, which happens only
+        while heartbeats fail (the API unreachable or hung). Runs apart from the heartbeat loop, whose
+        call may itself be what hangs."""
+        while True:
+            self._new_lease.clear()
+            now = time.monotonic()
+            upcoming = []
+            for active in list(self._active.values()):
+                if active.reporting or active.stop_reason is not None:
+                    continue
+                if active.lease_deadline <= now:
+                    self._stop(active, StopReason.LEASE_EXPIRED)
+                else:
+                    upcoming.append(active.lease_deadline)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._new_lease.wait(), min(upcoming) - now if upcoming else None)
 
     async def _drain(self) -> None:
         """Said in the log at both ends, so that an operator watching a stop knows it is not hung."""
@@ -424,6 +468,14 @@ class Worker:
             len(tasks) - len(unfinished),
             len(unfinished),
         )
+
+
+def _uncancel_current_task() -> None:
+    """Takes back the cancel that stopped a handler, so asyncio.timeout() and the like in the report
+    that follows do not see it pending."""
+    task = asyncio.current_task()
+    if task is not None:  # always a job's task; outside one there is no cancel to undo
+        task.uncancel()
 
 
 class _AttemptTimedOut(Exception):

@@ -32,7 +32,12 @@ class _Item(Generic[K, T]):
 
 class GroupCommitter(Generic[K, T]):
     def __init__(
-        self, db: Database, work: BatchWork, *, batch_max: int = BATCH_MAX_DEFAULT, flushers: int = FLUSHERS_DEFAULT
+        self,
+        db: Database,
+        work: BatchWork[K, T],
+        *,
+        batch_max: int = BATCH_MAX_DEFAULT,
+        flushers: int = FLUSHERS_DEFAULT,
     ) -> None:
         self._db = db
         self._work = work
@@ -43,7 +48,7 @@ class GroupCommitter(Generic[K, T]):
         # the task returned, so the task set alone would count flushers that have already stopped
         # looking: a submission arriving in between would be queued with nobody left to take it.
         self._draining = 0
-        self._flushers: set[asyncio.Task] = set()
+        self._flushers: set[asyncio.Task[None]] = set()
 
     async def run(self, request: K) -> T:
         """Returns once the transaction that carried `request` committed, or raises its refusal."""
@@ -101,7 +106,7 @@ async def each_alone(conn: Connection, works: Sequence[Callable[[Connection], Aw
     return results
 
 
-def _resolve(batch: list[_Item], results: list) -> None:
+def _resolve(batch: list[_Item[K, T]], results: Sequence[T | BaseException]) -> None:
     for item, result in zip(batch, results, strict=True):
         if item.outcome.done():
             continue

@@ -78,10 +78,10 @@ class SubmissionService:
     async def _submit_group(self, conn: Connection, requests: Sequence[_Request]) -> list[_Submitted | JobsError]:
         """One group-commit transaction: plain submissions of one caller go in one statement each. The
         transaction carries several tenants' submissions; each runs scoped to its own tenant."""
-        results: list[_Submitted | JobsError | None] = [None] * len(requests)
+        results: dict[int, _Submitted | JobsError] = {}
         plain: dict[tuple[TenantId, str], list[int]] = {}
-        for index, (tenant, actor, job) in enumerate(requests):
-            if _is_plain(job):
+        for index, (tenant, actor, new_job) in enumerate(requests):
+            if _is_plain(new_job):
                 plain.setdefault((tenant, actor), []).append(index)
         scope = _TenantScope(conn)
         for (tenant, actor), indexes in plain.items():
@@ -89,16 +89,16 @@ class SubmissionService:
             inserted = await job_store.insert_many(
                 conn, tenant, actor, [self._plain_insert(requests[i][2]) for i in indexes]
             )
-            for index, job in zip(indexes, inserted, strict=True):
-                results[index] = (SubmitOutcome(job, True), [])
-        for index, (tenant, actor, job) in enumerate(requests):
-            if results[index] is None:
+            for index, stored in zip(indexes, inserted, strict=True):
+                results[index] = (SubmitOutcome(stored, True), [])
+        for index, (tenant, actor, new_job) in enumerate(requests):
+            if index not in results:
                 await scope.enter(tenant)
                 try:
-                    results[index] = await self._submit_one(conn, tenant, actor, job, "")
+                    results[index] = await self._submit_one(conn, tenant, actor, new_job, "")
                 except JobsError as error:
                     results[index] = error
-        return results  # type: ignore[return-value]  # every slot was filled above
+        return [results[index] for index in range(len(requests))]
 
     def _plain_insert(self, job: NewJob) -> job_store.PlainInsert:
         spec = self._registry.get(job.kind)

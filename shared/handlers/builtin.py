@@ -77,7 +77,8 @@ def extractive_summary(text: str, sentences: int = SUMMARY_SENTENCES) -> str:
 
     def score(sentence: str) -> float:
         words = [w for w in _words(sentence) if w not in _STOPWORDS]
-        return sum(frequency[w] for w in words) / (len(words) or 1) ** 0.5
+        root_length: float = (len(words) or 1) ** 0.5
+        return sum(frequency[w] for w in words) / root_length
 
     ranked = sorted(range(len(candidates)), key=lambda i: (-score(candidates[i]), i))[:sentences]
     return " ".join(candidates[i] for i in sorted(ranked))
@@ -87,7 +88,7 @@ def _words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
-def _json_object(payload: bytes) -> dict:
+def _json_object(payload: bytes) -> dict[str, object]:
     try:
         value = json.loads(payload or b"{}")
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

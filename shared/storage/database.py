@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import psycopg
 import psycopg.errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from shared.domain.errors import (
@@ -25,7 +25,7 @@ from shared.domain.errors import (
 from shared.storage import queries
 from shared.storage.database_settings import PREPARE_THRESHOLD_DEFAULT
 
-Connection = psycopg.AsyncConnection[dict]
+Connection = psycopg.AsyncConnection[DictRow]
 
 # libpq settings every connection gets unless its URL sets them: keepalives notice an idle connection to a
 # host that vanished (a lost machine sends no reset) within about half a minute, and tcp_user_timeout does
@@ -127,7 +127,10 @@ class Database:
     """An async pool whose transactions raise domain errors only."""
 
     def __init__(
-        self, pool: AsyncConnectionPool, acquire_timeout_seconds: float = 5.0, probe: DatabaseProbe | None = None
+        self,
+        pool: AsyncConnectionPool[Connection],
+        acquire_timeout_seconds: float = 5.0,
+        probe: DatabaseProbe | None = None,
     ) -> None:
         self._pool = pool
         self._acquire_timeout = acquire_timeout_seconds
@@ -140,6 +143,7 @@ class Database:
         url = with_connection_defaults(settings.url)
         pool = AsyncConnectionPool(
             url,
+            connection_class=Connection,
             min_size=settings.min_size,
             max_size=settings.max_size,
             timeout=settings.acquire_timeout_seconds,

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg import AsyncCursor
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from shared.domain.ids import FencingToken, JobId, TenantId
@@ -152,8 +154,8 @@ async def dependency_states(conn: Connection, tenant: TenantId, job_ids: Sequenc
 async def lock_resource_head(conn: Connection, tenant: TenantId, resource_key: str) -> int:
     """The highest version submitted so far (0 for a new key); holds the key's lock until commit."""
     cur = await conn.execute(queries.RESOURCE_HEAD_LOCK, {"tenant": tenant, "resource_key": resource_key})
-    row = await cur.fetchone()
-    return row["latest_version"]
+    latest: int = (await _only_row(cur))["latest_version"]
+    return latest
 
 
 async def advance_resource(
@@ -367,5 +369,14 @@ async def get_result(conn: Connection, tenant: TenantId, job_id: JobId) -> tuple
 async def count_queued(conn: Connection, tenant: TenantId, *, up_to: int) -> int:
     """The tenant's jobs waiting to run, counted up to `up_to` at most."""
     cur = await conn.execute(queries.JOB_COUNT_QUEUED, {"tenant": tenant, "up_to": up_to})
+    queued: int = (await _only_row(cur))["queued"]
+    return queued
+
+
+async def _only_row(cur: AsyncCursor[DictRow]) -> DictRow:
+    """The row of a statement that always returns exactly one (an aggregate, an upsert's RETURNING):
+    none is a bug, reported as one rather than as a TypeError on None."""
     row = await cur.fetchone()
-    return row["queued"]
+    if row is None:
+        raise RuntimeError("a statement that always returns one row returned none")
+    return row

@@ -122,7 +122,9 @@ async def heartbeat(conn: Connection, leases: Sequence[LeaseRef], *, lease_secon
                 lease_expires_at=row["lease_expires_at"] if row else None,
                 # Only the holder's own completion can make it SUCCEEDED under this token: a heartbeat
                 # that raced it. (A failure under the same token may also be the lease sweep's.)
-                ended_by_holder=state is JobState.SUCCEEDED and now["fencing_token"] == lease.fencing_token,
+                ended_by_holder=(
+                    now is not None and state is JobState.SUCCEEDED and now["fencing_token"] == lease.fencing_token
+                ),
             )
         )
     return statuses

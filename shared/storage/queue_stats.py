@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 
 from shared.domain.errors import DeadlineExceeded, Unavailable
 from shared.domain.jobs import JobState
@@ -48,7 +48,7 @@ class ExporterSession:
     def __init__(self, database_url: str, application_name: str = "jobs-api-metrics") -> None:
         self._database_url = database_url
         self._application_name = application_name
-        self._conn: psycopg.AsyncConnection[dict] | None = None
+        self._conn: psycopg.AsyncConnection[DictRow] | None = None
         self._holds_lock = False
 
     @property
@@ -87,7 +87,7 @@ class ExporterSession:
             conn, self._conn = self._conn, None
             await conn.close()
 
-    async def _connection(self) -> psycopg.AsyncConnection[dict]:
+    async def _connection(self) -> psycopg.AsyncConnection[DictRow]:
         if self._conn is None or self._conn.closed:
             self._holds_lock = False
             self._conn = await psycopg.AsyncConnection.connect(
