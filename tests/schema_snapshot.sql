@@ -19,6 +19,13 @@ CREATE TYPE public.job_state AS ENUM (
     'outcome_unknown'
 );
 
+CREATE FUNCTION public.job_unconfirmed_step(p_job_id uuid, p_attempt integer) RETURNS text
+    LANGUAGE sql
+    AS $$ SELECT step FROM job_receipts
+          WHERE job_id = p_job_id AND attempt = p_attempt AND confirmed_at IS NULL
+          ORDER BY step
+          LIMIT 1 $$;
+
 CREATE FUNCTION public.jobs_bump_sequence() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
