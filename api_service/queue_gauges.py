@@ -3,6 +3,13 @@
 One aggregate query runs every refresh interval on the event loop, never on the scrape thread, and only
 in the API replica that holds the exporter lock (a PostgreSQL session-level advisory lock), so the
 numbers are exported once however many replicas run. A scrape reads the latest published snapshot.
+
+The lock is proven, not assumed: the aggregate itself reads pg_locks for this session's lock, and a
+snapshot is published only with that proof. A published snapshot stands for SNAPSHOT_VALID_INTERVALS
+refresh intervals after its proof and is gone from scrapes after that, refreshed or not; a replica that
+takes the lock publishes nothing for as long, so that when an exporter loses its session (its backend
+killed, its host cut off) and does not know it yet, its last snapshot has expired before the next
+exporter's first one appears. Replicas must run with the same refresh interval.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ from shared.storage.queue_stats import ExporterSession, QueueRow
 log = logging.getLogger(__name__)
 REFRESH_SECONDS_DEFAULT = 10.0
 FAILED_WINDOW_SECONDS_DEFAULT = 3600.0
+# Two intervals: the next refresh's proof normally arrives within one, and a slow one may take another
+# before the snapshot lapses. Handing over costs a new exporter as long without gauges.
+SNAPSHOT_VALID_INTERVALS = 2.0
 
 
 @dataclass(frozen=True)
@@ -62,37 +72,46 @@ def fold_snapshot(rows: Iterable[QueueRow], tenant_limit: int) -> QueueSnapshot:
 
 @dataclass(frozen=True)
 class _Published:
-    snapshot: QueueSnapshot | None
-    # Monotonic time the snapshot was read (or the lock taken, before the first one succeeded).
+    snapshot: QueueSnapshot
+    # Monotonic time the snapshot was read, which is no later than the proof of the lock read with it.
     as_of: float
+    # Monotonic time from which the snapshot is no longer exported, refreshed or not.
+    valid_until: float
 
 
 class QueueGaugeCollector(Collector):
-    """Yields the database gauges only while this replica is the exporter; jobs_metrics_exporter
-    (1 or 0) is always there, so every replica says whether it is the one."""
+    """Yields the database gauges only while this replica is the exporter and its snapshot is valid;
+    jobs_metrics_exporter (1 or 0) is always there, so every replica says whether it is the one."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._published: _Published | None = None
 
-    def publish(self, snapshot: QueueSnapshot | None, as_of: float) -> None:
-        self._published = _Published(snapshot, as_of)
+    def publish(self, snapshot: QueueSnapshot, as_of: float, *, valid_until: float) -> None:
+        self._published = _Published(snapshot, as_of, valid_until)
 
     def withdraw(self) -> None:
         self._published = None
 
     @property
     def exporting(self) -> bool:
-        return self._published is not None
+        return self._valid() is not None
 
     def describe(self) -> Iterator[Metric]:
         return iter(_families(QueueSnapshot({}, {}, {}), exporting=True, age=0.0))
 
     def collect(self) -> Iterator[Metric]:
-        published = self._published  # one read: the refresher may swap it meanwhile
+        now = self._clock()
+        published = self._valid(now)
         if published is None:
             return iter(_families(None, exporting=False, age=0.0))
-        return iter(_families(published.snapshot, exporting=True, age=self._clock() - published.as_of))
+        return iter(_families(published.snapshot, exporting=True, age=now - published.as_of))
+
+    def _valid(self, now: float | None = None) -> _Published | None:
+        published = self._published  # one read: the refresher may swap it meanwhile
+        if published is None:
+            return None
+        return published if (self._clock() if now is None else now) < published.valid_until else None
 
 
 def _families(snapshot: QueueSnapshot | None, *, exporting: bool, age: float) -> list[Metric]:
@@ -132,8 +151,9 @@ def _families(snapshot: QueueSnapshot | None, *, exporting: bool, age: float) ->
 
 
 class QueueGaugeRefresher:
-    """Every interval: hold (or try to take) the exporter lock, then read and publish a snapshot.
-    Replicas without the lock keep trying, so one takes over within an interval of the holder's end."""
+    """Every interval: hold (or try to take) the exporter lock, then read and publish a snapshot with
+    the lock's proof. Replicas without the lock keep trying, so one takes the lock within an interval of
+    the holder's end and exports once the holder's last snapshot has lapsed."""
 
     def __init__(
         self,
@@ -151,6 +171,8 @@ class QueueGaugeRefresher:
         self._failed_window = failed_window_seconds
         self._tenant_limit = tenant_limit
         self._clock = clock
+        self._valid_seconds = SNAPSHOT_VALID_INTERVALS * interval_seconds
+        self._term: tuple[int, float] | None = None
 
     async def run(self) -> None:
         """Refreshes until cancelled; closing the session on the way out hands the lock on."""
@@ -168,19 +190,38 @@ class QueueGaugeRefresher:
     async def refresh_once(self) -> None:
         was_exporting = self._collector.exporting
         try:
-            if not await self._session.try_hold():
-                self._collector.withdraw()
-                return
-            if not was_exporting:
-                log.info("this replica now exports the database gauges")
-                self._collector.publish(None, self._clock())
-            started = self._clock()
-            rows = await self._session.read_snapshot(failed_window_seconds=self._failed_window)
-            self._collector.publish(fold_snapshot(rows, self._tenant_limit), started)
+            await self._refresh()
         except JobsError as exc:
             if not self._session.holds_lock:
                 self._collector.withdraw()
-            # Still holding (a statement timeout): the old snapshot stays and its age keeps growing.
+            # Still holding (a statement timeout): the old snapshot stays until it expires.
             log.warning("queue gauges not refreshed: %s", exc.message)
         if was_exporting and not self._collector.exporting:
             log.warning("this replica no longer exports the database gauges")
+
+    async def _refresh(self) -> None:
+        if not await self._session.try_hold():
+            self._collector.withdraw()
+            return
+        term_began = self._term_began()
+        started = self._clock()
+        rows = await self._session.read_snapshot(failed_window_seconds=self._failed_window)
+        if started < term_began + self._valid_seconds:
+            return  # an earlier exporter's last snapshot may still be valid in its replica
+        if not self._collector.exporting:
+            log.info("this replica now exports the database gauges")
+        snapshot = fold_snapshot(rows, self._tenant_limit)
+        self._collector.publish(snapshot, started, valid_until=started + self._valid_seconds)
+
+    def _term_began(self) -> float:
+        """When this session took the lock it holds now (measured at the first refresh that saw it)."""
+        acquisitions = self._session.acquisitions
+        if self._term is None or self._term[0] != acquisitions:
+            # The lock was not held all along: a snapshot of the earlier term proves nothing now.
+            self._collector.withdraw()
+            self._term = (acquisitions, self._clock())
+            log.info(
+                "took the exporter lock; exporting in %.1fs, once any earlier exporter's snapshot has lapsed",
+                self._valid_seconds,
+            )
+        return self._term[1]

@@ -21,6 +21,9 @@ def register(registry: HandlerRegistry) -> None:
     registry.register("charge", max_attempts=3, external_side_effects=True, backoff_base_seconds=0.1)(charge)
     registry.register("slow.external", timeout_seconds=0.5, external_side_effects=True)(slow)
     registry.register("slow.internal", timeout_seconds=0.5, max_attempts=2, backoff_base_seconds=0.1)(slow)
+    registry.register("slow.after_intent", timeout_seconds=0.5, max_attempts=2, backoff_base_seconds=0.1)(
+        slow_after_intent
+    )
     registry.register("crash.once", backoff_base_seconds=0.1)(crash_once)
     registry.register("quick.flaky", max_attempts=3, backoff_base_seconds=0.1)(quick_flaky)
     registry.register(TRACED_KIND, max_attempts=3, backoff_base_seconds=0.1)(traced)
@@ -62,6 +65,13 @@ async def charge(ctx: JobContext) -> bytes:
 
 
 async def slow(ctx: JobContext) -> bytes:
+    await asyncio.sleep(30)
+    return b"never"
+
+
+async def slow_after_intent(ctx: JobContext) -> bytes:
+    """Sends an external call (intent recorded) whose answer never comes within the kind's timeout."""
+    await ctx.record_intent("notify", b"request")
     await asyncio.sleep(30)
     return b"never"
 

@@ -58,7 +58,7 @@ def exported_sample_names() -> set[str]:
     """Every sample name the API and the worker can export, from their own metric classes."""
     api = ApiMetrics()
     api.watch_pool(dict)
-    api.queue.publish(QueueSnapshot({}, {}, {}), 0.0)  # the exporter's families too
+    api.queue.publish(QueueSnapshot({}, {}, {}), 0.0, valid_until=float("inf"))  # the exporter's families too
     worker = WorkerMetrics(tenant_limit=5)
     worker.watch_pool(dict)
     return _sample_names(api.registry) | _sample_names(worker.registry)

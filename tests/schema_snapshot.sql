@@ -19,6 +19,13 @@ CREATE TYPE public.job_state AS ENUM (
     'outcome_unknown'
 );
 
+CREATE FUNCTION public.job_unconfirmed_step(p_job_id uuid, p_attempt integer) RETURNS text
+    LANGUAGE sql
+    AS $$ SELECT step FROM job_receipts
+          WHERE job_id = p_job_id AND attempt = p_attempt AND confirmed_at IS NULL
+          ORDER BY step
+          LIMIT 1 $$;
+
 CREATE FUNCTION public.jobs_bump_sequence() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -29,10 +36,28 @@ BEGIN
     RETURN NEW;
 END $$;
 
-CREATE FUNCTION public.jobs_finished(id uuid) RETURNS boolean
-    LANGUAGE sql STABLE
-    AS $$ SELECT EXISTS (SELECT 1 FROM jobs WHERE job_id = id
-                         AND state IN ('succeeded', 'failed', 'cancelled', 'superseded')) $$;
+CREATE FUNCTION public.jobs_delete_finished(job_ids uuid[], retention_seconds double precision) RETURNS SETOF uuid
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+        WITH doomed AS (
+            SELECT j.job_id
+            FROM jobs AS j
+            WHERE j.job_id = ANY (job_ids)
+              AND j.state IN ('succeeded', 'failed', 'cancelled', 'superseded')
+              AND j.finished_at < clock_timestamp()
+                  - greatest(make_interval(secs => retention_seconds), jobs_retention_floor())
+              AND NOT EXISTS (SELECT 1 FROM jobs AS d WHERE d.depends_on <> '{}' AND d.depends_on @> ARRAY[j.job_id])
+        ), events AS (
+            DELETE FROM job_events AS e USING doomed AS d WHERE e.job_id = d.job_id
+        ), results AS (
+            DELETE FROM job_results AS r USING doomed AS d WHERE r.job_id = d.job_id
+        )
+        DELETE FROM jobs AS j
+        USING doomed AS d
+        WHERE j.job_id = d.job_id
+        RETURNING j.job_id
+    $$;
 
 CREATE FUNCTION public.jobs_notify_runnable() RETURNS trigger
     LANGUAGE plpgsql
@@ -63,6 +88,25 @@ BEGIN
     PERFORM pg_notify('jobs_changed', NEW.job_id::text || ':' || NEW.sequence::text);
     RETURN NULL;
 END $$;
+
+CREATE FUNCTION public.jobs_retention_floor() RETURNS interval
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT interval '1 hour' $$;
+
+CREATE FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) RETURNS SETOF uuid
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+        SELECT j.job_id
+        FROM jobs AS j
+        WHERE j.state IN ('succeeded', 'failed', 'cancelled', 'superseded')
+          AND j.finished_at < clock_timestamp()
+              - greatest(make_interval(secs => retention_seconds), jobs_retention_floor())
+          AND NOT EXISTS (SELECT 1 FROM jobs AS d WHERE d.depends_on <> '{}' AND d.depends_on @> ARRAY[j.job_id])
+        ORDER BY j.finished_at
+        LIMIT max_jobs
+        FOR UPDATE OF j SKIP LOCKED
+    $$;
 
 CREATE FUNCTION public.jobs_settle_dependents() RETURNS trigger
     LANGUAGE plpgsql
@@ -254,11 +298,9 @@ ALTER TABLE public.job_events ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY job_events_api_tenant ON public.job_events TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
 
-CREATE POLICY job_events_worker_delete ON public.job_events FOR DELETE TO jobs_worker USING (public.jobs_finished(job_id));
-
-CREATE POLICY job_events_worker_insert ON public.job_events FOR INSERT TO jobs_worker WITH CHECK (true);
-
-CREATE POLICY job_events_worker_retention ON public.job_events FOR SELECT TO jobs_worker USING (public.jobs_finished(job_id));
+CREATE POLICY job_events_worker_insert ON public.job_events FOR INSERT TO jobs_worker WITH CHECK ((EXISTS ( SELECT 1
+   FROM public.jobs j
+  WHERE ((j.job_id = job_events.job_id) AND (j.tenant = job_events.tenant) AND (j.sequence = job_events.sequence) AND (j.state = job_events.to_state)))));
 
 ALTER TABLE public.job_receipts ENABLE ROW LEVEL SECURITY;
 
@@ -266,25 +308,35 @@ CREATE POLICY job_receipts_api_tenant ON public.job_receipts FOR SELECT TO jobs_
    FROM public.jobs j
   WHERE (j.job_id = job_receipts.job_id))));
 
-CREATE POLICY job_receipts_worker ON public.job_receipts TO jobs_worker USING (true) WITH CHECK (true);
+CREATE POLICY job_receipts_worker_insert ON public.job_receipts FOR INSERT TO jobs_worker WITH CHECK ((EXISTS ( SELECT 1
+   FROM public.jobs j
+  WHERE ((j.job_id = job_receipts.job_id) AND (j.state = 'running'::public.job_state) AND (j.attempts = job_receipts.attempt) AND (j.fencing_token = job_receipts.fencing_token)))));
+
+CREATE POLICY job_receipts_worker_read ON public.job_receipts FOR SELECT TO jobs_worker USING (true);
+
+CREATE POLICY job_receipts_worker_update ON public.job_receipts FOR UPDATE TO jobs_worker USING ((EXISTS ( SELECT 1
+   FROM public.jobs j
+  WHERE ((j.job_id = job_receipts.job_id) AND (j.state = 'running'::public.job_state) AND (j.attempts = job_receipts.attempt) AND (j.fencing_token = job_receipts.fencing_token))))) WITH CHECK ((EXISTS ( SELECT 1
+   FROM public.jobs j
+  WHERE ((j.job_id = job_receipts.job_id) AND (j.state = 'running'::public.job_state) AND (j.attempts = job_receipts.attempt) AND (j.fencing_token = job_receipts.fencing_token)))));
 
 ALTER TABLE public.job_results ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY job_results_api_tenant ON public.job_results TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
 
-CREATE POLICY job_results_worker_delete ON public.job_results FOR DELETE TO jobs_worker USING (public.jobs_finished(job_id));
-
-CREATE POLICY job_results_worker_retention ON public.job_results FOR SELECT TO jobs_worker USING (public.jobs_finished(job_id));
-
 ALTER TABLE public.jobs ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY jobs_api_tenant ON public.jobs TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
 
-CREATE POLICY jobs_worker_delete ON public.jobs FOR DELETE TO jobs_worker USING ((state = ANY (ARRAY['succeeded'::public.job_state, 'failed'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])));
-
 CREATE POLICY jobs_worker_read ON public.jobs FOR SELECT TO jobs_worker USING (true);
 
-CREATE POLICY jobs_worker_update ON public.jobs FOR UPDATE TO jobs_worker USING (true) WITH CHECK ((state <> 'succeeded'::public.job_state));
+CREATE POLICY jobs_worker_update ON public.jobs FOR UPDATE TO jobs_worker USING ((state = ANY (ARRAY['pending'::public.job_state, 'blocked'::public.job_state, 'running'::public.job_state, 'retry_wait'::public.job_state]))) WITH CHECK (
+CASE
+    WHEN (state = ANY (ARRAY['pending'::public.job_state, 'blocked'::public.job_state, 'running'::public.job_state, 'retry_wait'::public.job_state, 'outcome_unknown'::public.job_state])) THEN (finished_at IS NULL)
+    WHEN (state = 'failed'::public.job_state) THEN ((finished_at >= now()) AND (finished_at <= clock_timestamp()))
+    WHEN (state = 'cancelled'::public.job_state) THEN (cancel_requested AND ((finished_at >= now()) AND (finished_at <= clock_timestamp())))
+    ELSE false
+END);
 
 ALTER TABLE public.resource_heads ENABLE ROW LEVEL SECURITY;
 
@@ -293,21 +345,22 @@ CREATE POLICY resource_heads_api_tenant ON public.resource_heads TO jobs_api USI
 GRANT USAGE ON SCHEMA public TO jobs_api;
 GRANT USAGE ON SCHEMA public TO jobs_worker;
 
-GRANT SELECT,INSERT ON TABLE public.job_events TO jobs_api;
-GRANT INSERT,DELETE ON TABLE public.job_events TO jobs_worker;
+REVOKE ALL ON FUNCTION public.jobs_delete_finished(job_ids uuid[], retention_seconds double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.jobs_delete_finished(job_ids uuid[], retention_seconds double precision) TO jobs_worker;
 
-GRANT SELECT(job_id) ON TABLE public.job_events TO jobs_worker;
+REVOKE ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) TO jobs_worker;
+
+GRANT SELECT,INSERT ON TABLE public.job_events TO jobs_api;
+GRANT INSERT ON TABLE public.job_events TO jobs_worker;
 
 GRANT SELECT ON TABLE public.job_receipts TO jobs_api;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.job_receipts TO jobs_worker;
 
 GRANT SELECT,INSERT ON TABLE public.job_results TO jobs_api;
-GRANT DELETE ON TABLE public.job_results TO jobs_worker;
-
-GRANT SELECT(job_id) ON TABLE public.job_results TO jobs_worker;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.jobs TO jobs_api;
-GRANT SELECT,DELETE ON TABLE public.jobs TO jobs_worker;
+GRANT SELECT ON TABLE public.jobs TO jobs_worker;
 
 GRANT UPDATE(state) ON TABLE public.jobs TO jobs_worker;
 

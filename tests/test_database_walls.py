@@ -200,17 +200,18 @@ async def test_the_worker_role_claims_and_sweeps_but_cannot_publish(db, worker_d
             await lease_store.complete_batch(conn, worker_id="w", completions=[completion])
     assert sync_db.snapshot() == before
     assert sync_db.job(lease.job_id)["state"] == JobState.RUNNING
-    async with worker_db.transaction() as conn:
-        for table in ("jobs", "job_events", "job_results"):
-            cur = await conn.execute(f"DELETE FROM {table}")
-            assert cur.rowcount == 0, f"a worker deleted from {table} what belongs to unfinished jobs"
+    for table in ("jobs", "job_events", "job_results"):
+        # Only jobs_delete_finished deletes, as its owner: the role itself holds no DELETE privilege.
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            async with worker_db.transaction() as conn:
+                await conn.execute(f"DELETE FROM {table}")
     assert sync_db.snapshot() == before
 
 
 async def test_the_worker_role_deletes_finished_jobs_after_the_retention_period(db, worker_db, sync_db):
     finished = await _two_tenants_with_everything(db)
     waiting = await factories.insert_job(db)
-    sync_db.execute("UPDATE jobs SET finished_at = finished_at - interval '1 hour' WHERE finished_at IS NOT NULL")
+    sync_db.execute("UPDATE jobs SET finished_at = finished_at - interval '2 hours' WHERE finished_at IS NOT NULL")
 
     async with worker_db.transaction() as conn:
         deleted = await retention.delete_finished_jobs(conn, retention_seconds=60, limit=10)
@@ -247,3 +248,148 @@ def test_the_queued_count_reads_its_own_index_as_jobs_api(sync_db: SyncProbe, da
         rows = conn.execute("EXPLAIN " + queries.JOB_COUNT_QUEUED, {"tenant": "t0", "up_to": 11}).fetchall()
     plan = "\n".join(row[0] for row in rows)
     assert "jobs_tenant_queued_idx" in plan, plan
+
+
+async def _refused_or_untouched(worker_db: Database, statement: str, params: tuple = ()) -> None:
+    """A statement of the worker role is either refused by a policy or finds no row it may change."""
+    try:
+        async with worker_db.transaction() as conn:
+            cur = await conn.execute(statement, params)
+            assert cur.rowcount == 0, statement
+    except psycopg.errors.InsufficientPrivilege:
+        pass
+
+
+async def test_the_worker_role_cannot_erase_an_unfinished_job(db, worker_db, sync_db):
+    """The hostile review's path: stamp a waiting job finished a month ago, then delete it as retention
+    would. Each step is refused, and so is a finish stamped honestly followed by a retention of zero."""
+    waiting = await factories.insert_job(db)
+    running = await factories.insert_and_claim(db, kind="sleep")
+    before = sync_db.snapshot()
+
+    for state in ("cancelled", "failed", "succeeded", "superseded"):
+        await _refused_or_untouched(
+            worker_db,
+            f"UPDATE jobs SET state = '{state}', finished_at = clock_timestamp() - interval '30 days'"
+            " WHERE job_id = ANY(%s::uuid[])",
+            ([waiting.job_id, running.job_id],),
+        )
+    await _refused_or_untouched(
+        worker_db,
+        "UPDATE jobs SET state = 'cancelled', finished_at = clock_timestamp() WHERE job_id = %s",
+        (waiting.job_id,),
+    )
+    await _refused_or_untouched(
+        worker_db,
+        "UPDATE jobs SET finished_at = clock_timestamp() - interval '30 days' WHERE job_id = %s",
+        (running.job_id,),
+    )
+    assert sync_db.snapshot() == before
+
+    # Failing a job with an honest stamp is what a sweep does; the retention floor still keeps it.
+    async with worker_db.transaction() as conn:
+        await conn.execute(
+            "UPDATE jobs SET state = 'failed', finished_at = clock_timestamp() WHERE job_id = %s", (waiting.job_id,)
+        )
+    async with worker_db.transaction() as conn:
+        assert await retention.delete_finished_jobs(conn, retention_seconds=0, limit=10) == 0
+    assert {r["job_id"] for r in sync_db.rows("SELECT job_id::text FROM jobs")} == {waiting.job_id, running.job_id}
+    assert sync_db.one("SELECT count(*) AS n FROM job_events WHERE job_id = %s", (waiting.job_id,))["n"] >= 2
+
+
+async def test_the_worker_role_cannot_change_a_finished_job_or_an_unknown_outcome(db, worker_db, sync_db):
+    finished = await _two_tenants_with_everything(db)
+    unknown = await factories.insert_and_claim(db, kind="sleep")
+    await factories.set_state(db, unknown.job_id, JobState.OUTCOME_UNKNOWN, lease_owner=None, lease_expires_at=None)
+    before = sync_db.snapshot()
+
+    for assignments in (
+        "last_error_message = 'rewritten'",
+        "state = 'failed', finished_at = clock_timestamp()",
+        "state = 'pending', finished_at = NULL, run_after = clock_timestamp()",
+        "finished_at = clock_timestamp() - interval '30 days'",
+    ):
+        await _refused_or_untouched(
+            worker_db,
+            f"UPDATE jobs SET {assignments} WHERE job_id = ANY(%s::uuid[])",
+            ([*finished.values(), unknown.job_id],),
+        )
+    assert sync_db.snapshot() == before
+
+
+async def test_the_worker_role_writes_receipts_and_history_only_for_the_attempt_it_holds(db, worker_db, sync_db):
+    old = await factories.insert_and_claim(db)
+    async with db.transaction() as conn:
+        old_lease = LeaseRef(old.job_id, old.fencing_token)
+        assert await receipt_store.record_intent(conn, old_lease, "charge", b"one")
+        assert await receipt_store.confirm_receipt(conn, old_lease, "charge", b"ch_1")
+    current = await factories.reclaim(db, old.job_id)
+    finished = await _two_tenants_with_everything(db)
+    before = sync_db.snapshot()
+
+    forged = {
+        "rewrite an earlier attempt's receipt": (
+            "UPDATE job_receipts SET receipt = 'forged', confirmed_at = clock_timestamp() WHERE attempt = 1",
+            (),
+        ),
+        "a receipt for an attempt it does not hold": (
+            "INSERT INTO job_receipts (job_id, attempt, step, fencing_token, intent) VALUES (%s, 1, 'x', 1, '')",
+            (current.job_id,),
+        ),
+        "a receipt for a finished job": (
+            "INSERT INTO job_receipts (job_id, attempt, step, fencing_token, intent)"
+            " SELECT job_id, attempts, 'x', fencing_token, '' FROM jobs WHERE job_id = %s",
+            (finished[ACME],),
+        ),
+        "an event in a job's history": (
+            "INSERT INTO job_events (job_id, tenant, sequence, to_state, attempt, fencing_token, actor, reason)"
+            " SELECT job_id, tenant, sequence + 1, 'failed', attempts, fencing_token, 'x', 'forged'"
+            " FROM jobs WHERE job_id = %s",
+            (current.job_id,),
+        ),
+    }
+    for what, (statement, params) in forged.items():
+        await _refused_or_untouched(worker_db, statement, params)
+        assert sync_db.snapshot() == before, what
+
+    lease = LeaseRef(current.job_id, current.fencing_token)
+    async with worker_db.transaction() as conn:
+        assert await receipt_store.record_intent(conn, lease, "charge", b"two")
+        assert await receipt_store.confirm_receipt(conn, lease, "charge", b"done")
+        assert [r.attempt for r in await receipt_store.list_receipts(conn, current.job_id)] == [1, 2]
+
+
+async def test_every_transition_a_worker_makes_still_works_as_the_worker_role(db, worker_db, sync_db):
+    """Claims, each ending of an expired lease, the deadline sweep, and the dependents a failure settles."""
+    submissions = SubmissionService(db, load_registry(()), SubmissionLimits())
+    final = await factories.insert_and_claim(db, max_attempts=1)
+    dependent = (
+        await submissions.submit(
+            factories.TENANT_DEFAULT, factories.ACTOR_DEFAULT, factories.new_job(depends_on=(final.job_id,))
+        )
+    ).job
+    again = await factories.insert_and_claim(db)
+    cancelled = await factories.insert_and_claim(db)
+    sync_db.execute("UPDATE jobs SET cancel_requested = true WHERE job_id = %s", (cancelled.job_id,))
+    unknown = await factories.insert_and_claim(db)
+    async with worker_db.transaction() as conn:
+        assert await receipt_store.record_intent(conn, LeaseRef(unknown.job_id, unknown.fencing_token), "s", b"")
+    overdue = await factories.insert_job(db, kind="sleep")
+    sync_db.execute("UPDATE jobs SET deadline = clock_timestamp() WHERE job_id = %s", (overdue.job_id,))
+    for claimed in (final, again, cancelled, unknown):
+        await factories.expire_lease(db, claimed.job_id)
+
+    rescued = await factories.rescue_expired(worker_db)
+    async with worker_db.transaction() as conn:
+        past_deadline = await lease_store.fail_past_deadline(conn, limit=10)
+    reclaimed = await factories.claim_one(worker_db)
+
+    assert {t.job_id: t.state for t in rescued} == {
+        final.job_id: JobState.FAILED,
+        again.job_id: JobState.RETRY_WAIT,
+        cancelled.job_id: JobState.CANCELLED,
+        unknown.job_id: JobState.OUTCOME_UNKNOWN,
+    }
+    assert [(t.job_id, t.state) for t in past_deadline] == [(overdue.job_id, JobState.FAILED)]
+    assert sync_db.job(dependent.job_id)["state"] == "failed"
+    assert reclaimed.job_id == again.job_id and reclaimed.attempt == 2

@@ -158,6 +158,18 @@ def test_handlers_classify_their_failures(stack: ServiceStack) -> None:
     assert "timed out" in job.last_error.message
 
 
+def test_a_timeout_after_an_unconfirmed_external_call_is_an_unknown_outcome(stack: ServiceStack) -> None:
+    """A kind not registered with external_side_effects, whose attempt timed out between record_intent
+    and confirm: the call may have taken effect, so no automatic retry."""
+    stack.start_worker("w1", **TEST_HANDLERS)
+    client = stack.tenant("acme")
+    job_id = client.submit("slow.after_intent").job.job_id
+
+    job = _wait_state(client, job_id, "OUTCOME_UNKNOWN")
+    assert (job.attempts, job.last_error.category) == (1, jobs_pb2.ERROR_CATEGORY_OUTCOME_UNKNOWN)
+    assert "timed out" in job.last_error.message and "notify" in job.last_error.message
+
+
 # --- Unknown outcomes and receipts ------------------------------------------------------------------
 
 

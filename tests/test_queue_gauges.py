@@ -14,7 +14,7 @@ from shared.domain.ids import TenantId
 from shared.domain.jobs import JobState
 from shared.metric_labels import OTHER_TENANT_LABEL, TenantLabeler, top_tenants
 from shared.storage import queries
-from shared.storage.queue_stats import ExporterSession, QueueRow
+from shared.storage.queue_stats import METRICS_EXPORTER_LOCK_KEY, ExporterSession, QueueRow
 from tests import factories
 from tests.db_fixtures import SyncProbe
 from tests.process_fixtures import ServiceProcess, free_port, wait_until
@@ -83,7 +83,10 @@ async def test_the_aggregate_reads_partial_indexes_never_the_finished_history(db
 
     plan = "\n".join(
         row["QUERY PLAN"]
-        for row in sync_db.rows(f"EXPLAIN {queries.METRICS_QUEUE_SNAPSHOT}", {"failed_window_seconds": HOUR_SECONDS})
+        for row in sync_db.rows(
+            f"EXPLAIN {queries.METRICS_QUEUE_SNAPSHOT}",
+            {"failed_window_seconds": HOUR_SECONDS, "lock_key": METRICS_EXPORTER_LOCK_KEY},
+        )
     )
 
     assert "Seq Scan" not in plan, plan
@@ -115,33 +118,148 @@ async def _holds_within(session: ExporterSession, *, seconds: float) -> None:
             await asyncio.sleep(0.01)
 
 
-async def test_refreshers_of_two_replicas_export_once_and_hand_over(db, database_url) -> None:
-    await factories.insert_jobs(db, 2, tenant=TenantId("acme"))
-    collectors = [QueueGaugeCollector(), QueueGaugeCollector()]
-    refreshers = [
-        QueueGaugeRefresher(
-            ExporterSession(database_url),
-            collector,
-            interval_seconds=1,
-            failed_window_seconds=HOUR_SECONDS,
-            tenant_limit=5,
-        )
-        for collector in collectors
-    ]
-    try:
-        for refresher in refreshers:
-            await refresher.refresh_once()
-        assert [c.exporting for c in collectors] == [True, False]
-        assert _scrape(collectors[0])["jobs_queue_depth"] == {'{kind="echo",state="pending",tenant="acme"}': 2.0}
-        assert _scrape(collectors[1]) == {"jobs_metrics_exporter": {"": 0.0}}
+class FakeClock:
+    """The monotonic clock of every replica in a test, moved by hand."""
 
-        await refreshers[0]._session.close()  # the exporting replica's database session ends
-        await refreshers[0].refresh_once()  # it may take the lock back: the other has not asked yet
-        await refreshers[1].refresh_once()
-        assert sum(c.exporting for c in collectors) == 1
-    finally:
-        for refresher in refreshers:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+REFRESH_SECONDS = 10.0
+VALID_SECONDS = 2 * REFRESH_SECONDS  # SNAPSHOT_VALID_INTERVALS refresh intervals
+
+
+class Replicas:
+    """Two API replicas' refreshers and collectors on one fake clock; every look at them checks that
+    they never export together."""
+
+    def __init__(self, database_url: str, clock: FakeClock) -> None:
+        self.collectors = [QueueGaugeCollector(clock=clock), QueueGaugeCollector(clock=clock)]
+        self.refreshers = [
+            QueueGaugeRefresher(
+                ExporterSession(database_url, application_name=f"jobs-tests-exporter-{i}"),
+                collector,
+                interval_seconds=REFRESH_SECONDS,
+                failed_window_seconds=HOUR_SECONDS,
+                tenant_limit=5,
+                clock=clock,
+            )
+            for i, collector in enumerate(self.collectors)
+        ]
+
+    def exporting(self) -> list[bool]:
+        now = [c.exporting for c in self.collectors]
+        scraped = [_scrape(c)["jobs_metrics_exporter"] == {"": 1.0} for c in self.collectors]
+        assert now == scraped
+        assert now != [True, True], "both replicas export the database gauges"
+        return now
+
+    async def close(self) -> None:
+        for refresher in self.refreshers:
             await refresher._session.close()
+
+
+async def test_refreshers_of_two_replicas_export_once_and_hand_over(db, database_url) -> None:
+    await factories.insert_jobs(db, 2, tenant="acme")
+    clock = FakeClock()
+    replicas = Replicas(database_url, clock)
+    first, second = replicas.refreshers
+    try:
+        await first.refresh_once()
+        await second.refresh_once()
+        assert replicas.exporting() == [False, False], "a new exporter waits out any earlier one's snapshot"
+        clock.advance(VALID_SECONDS)
+        await first.refresh_once()
+        await second.refresh_once()
+        assert replicas.exporting() == [True, False]
+        depth = _scrape(replicas.collectors[0])["jobs_queue_depth"]
+        assert depth == {'{kind="echo",state="pending",tenant="acme"}': 2.0}
+        assert _scrape(replicas.collectors[1]) == {"jobs_metrics_exporter": {"": 0.0}}
+
+        await first._session.close()  # the exporting replica's database session ends
+        await first.refresh_once()  # it may take the lock back: the other has not asked yet
+        await second.refresh_once()
+        assert replicas.exporting() == [False, False]
+    finally:
+        await replicas.close()
+
+
+async def test_a_replica_whose_session_was_killed_stops_exporting_before_another_starts(
+    db, database_url, sync_db
+) -> None:
+    """The exporter's backend is terminated; its replica does not know yet and keeps its snapshot, while
+    the other replica takes the freed lock at once. The stale snapshot lapses before the new exporter
+    publishes, so at no moment do both export."""
+    await factories.insert_jobs(db, 2, tenant="acme")
+    clock = FakeClock()
+    replicas = Replicas(database_url, clock)
+    stale, other = replicas.refreshers
+    try:
+        await stale.refresh_once()
+        clock.advance(VALID_SECONDS)
+        await stale.refresh_once()
+        await other.refresh_once()
+        assert replicas.exporting() == [True, False]
+
+        killed = sync_db.one(
+            "SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity"
+            " WHERE application_name = 'jobs-tests-exporter-0'"
+        )
+        assert killed["killed"]
+
+        async def other_takes_the_lock() -> None:
+            while not other._session.holds_lock:
+                await other.refresh_once()
+                assert replicas.exporting() == [True, False]
+
+        # The lock is free once the killed backend has exited; nothing announces that but the lock.
+        await asyncio.wait_for(other_takes_the_lock(), timeout=10)
+        assert replicas.exporting() == [True, False], "the stale replica has not noticed; the other waits"
+
+        clock.advance(VALID_SECONDS / 2)
+        await other.refresh_once()
+        assert replicas.exporting() == [True, False]
+        clock.advance(VALID_SECONDS / 2)
+        assert replicas.exporting() == [False, False], "the stale snapshot lapsed without any refresh"
+        await other.refresh_once()
+        assert replicas.exporting() == [False, True]
+        depth = _scrape(replicas.collectors[1])["jobs_queue_depth"]
+        assert depth == {'{kind="echo",state="pending",tenant="acme"}': 2.0}
+
+        await stale.refresh_once()  # it learns that its session is gone, and the lock is taken
+        assert replicas.exporting() == [False, True]
+    finally:
+        await replicas.close()
+
+
+async def test_a_snapshot_read_without_the_lock_is_never_published(db, database_url) -> None:
+    """The session's connection is alive but the lock is not held on it (released, or a pooler sent the
+    statement to another backend): the old snapshot goes at once and no new one is published."""
+    await factories.insert_jobs(db, 1, tenant="acme")
+    clock = FakeClock()
+    replicas = Replicas(database_url, clock)
+    exporter, other = replicas.refreshers
+    try:
+        await exporter.refresh_once()
+        clock.advance(VALID_SECONDS)
+        await exporter.refresh_once()
+        assert replicas.exporting() == [True, False]
+
+        conn = exporter._session._conn
+        assert conn is not None
+        await conn.execute("SELECT pg_advisory_unlock(%s)", (METRICS_EXPORTER_LOCK_KEY,))
+        await other.refresh_once()  # takes the lock the exporter no longer holds
+        assert other._session.holds_lock
+        await exporter.refresh_once()
+        assert replicas.exporting() == [False, False]
+    finally:
+        await replicas.close()
 
 
 def _scrape(collector: QueueGaugeCollector) -> dict[str, dict[str, float]]:
@@ -159,14 +277,18 @@ def _scrape(collector: QueueGaugeCollector) -> dict[str, dict[str, float]]:
 
 
 def test_a_label_set_gone_from_the_database_is_gone_from_the_next_scrape() -> None:
-    clock = iter([100.0, 107.5]).__next__
+    clock = FakeClock(100.0)
     collector = QueueGaugeCollector(clock=clock)
     collector.publish(
         QueueSnapshot({("acme", "echo", "pending"): 3, ("globex", "echo", "running"): 1}, {("acme", "echo"): 4.0}, {}),
         as_of=95.0,
+        valid_until=200.0,
     )
     first = _scrape(collector)
-    collector.publish(QueueSnapshot({("acme", "echo", "pending"): 1}, {}, {("acme", "echo"): 2}), as_of=105.0)
+    clock.now = 107.5
+    collector.publish(
+        QueueSnapshot({("acme", "echo", "pending"): 1}, {}, {("acme", "echo"): 2}), as_of=105.0, valid_until=200.0
+    )
     second = _scrape(collector)
 
     assert first["jobs_queue_depth"] == {
@@ -181,6 +303,9 @@ def test_a_label_set_gone_from_the_database_is_gone_from_the_next_scrape() -> No
     assert second["jobs_metrics_snapshot_age_seconds"] == {"": 2.5}
     assert first["jobs_metrics_exporter"] == second["jobs_metrics_exporter"] == {"": 1.0}
 
+    clock.now = 200.0
+    assert _scrape(collector) == {"jobs_metrics_exporter": {"": 0.0}}, "a lapsed snapshot is not exported"
+    collector.publish(QueueSnapshot({}, {}, {}), as_of=200.0, valid_until=210.0)
     collector.withdraw()
     assert _scrape(collector) == {"jobs_metrics_exporter": {"": 0.0}}
 

@@ -118,7 +118,9 @@ async def test_a_submission_naming_a_job_that_retention_has_locked_waits_and_is_
             service.submit(TENANT_DEFAULT, ACTOR_DEFAULT, factories.new_job(depends_on=(dependency.job_id,)))
         )
         await wait_until(lambda: _pool_waits_on_a_lock(sync_db), what="the submission to wait for the sweep")
-        deleted = sweeper.execute(JOB_DELETE_FINISHED, {"job_ids": [r["job_id"] for r in locked]}).fetchall()
+        deleted = sweeper.execute(
+            JOB_DELETE_FINISHED, {"job_ids": [r["job_id"] for r in locked], "retention_seconds": 7 * DAY}
+        ).fetchall()
         assert len(deleted) == 1
         sweeper.commit()
         with pytest.raises(InvalidArgument):

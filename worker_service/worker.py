@@ -282,7 +282,7 @@ class Worker:
         except _AttemptTimedOut as exc:
             error = exc.error
         except Exception as exc:  # noqa: BLE001 - unclassified failures are retryable by contract
-            error = _unclassified(exc, active.context)
+            error = _unless_unconfirmed(f"{type(exc).__name__}: {exc}", active.context)
         self._metrics.observe_execution(job.kind, time.monotonic() - started)
         if error is not None:
             active.span.failed(error)
@@ -304,8 +304,10 @@ class Worker:
         except TimeoutError:
             if not scope.expired():
                 raise
-            category = ErrorCategory.OUTCOME_UNKNOWN if spec.external_side_effects else ErrorCategory.RETRYABLE
-            raise _AttemptTimedOut(JobError(category, f"timed out after {spec.timeout_seconds:g}s")) from None
+            message = f"timed out after {spec.timeout_seconds:g}s"
+            if spec.external_side_effects:
+                raise _AttemptTimedOut(JobError(ErrorCategory.OUTCOME_UNKNOWN, message)) from None
+            raise _AttemptTimedOut(_unless_unconfirmed(message, context)) from None
 
     def _report_deadline(self) -> float:
         return time.monotonic() + self._settings.lease_seconds
@@ -484,10 +486,10 @@ class _AttemptTimedOut(Exception):
         self.error = error
 
 
-def _unclassified(exc: Exception, context: JobContext) -> JobError:
-    """Unclassified failures are retryable, unless an external call of this attempt is unconfirmed:
-    then its effect may have happened, and only a person should decide to run it again."""
-    message = f"{type(exc).__name__}: {exc}"
+def _unless_unconfirmed(message: str, context: JobContext) -> JobError:
+    """A failure the handler did not classify (an exception, a timeout) is retryable, unless an external
+    call of this attempt is unconfirmed: then its effect may have happened, and only a person should
+    decide to run it again."""
     if context.unconfirmed_steps:
         steps = ", ".join(sorted(context.unconfirmed_steps))
         return JobError(ErrorCategory.OUTCOME_UNKNOWN, f"{message} (after unconfirmed external call: {steps})")

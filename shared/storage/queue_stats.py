@@ -50,10 +50,16 @@ class ExporterSession:
         self._application_name = application_name
         self._conn: psycopg.AsyncConnection[DictRow] | None = None
         self._holds_lock = False
+        self._acquisitions = 0
 
     @property
     def holds_lock(self) -> bool:
         return self._holds_lock
+
+    @property
+    def acquisitions(self) -> int:
+        """How many times this session took the lock: a new value means a new term as exporter."""
+        return self._acquisitions
 
     async def try_hold(self) -> bool:
         """Connects if needed and takes the lock if free; True while this session holds it."""
@@ -64,20 +70,30 @@ class ExporterSession:
             cur = await conn.execute(queries.METRICS_EXPORTER_LOCK_TRY, {"lock_key": METRICS_EXPORTER_LOCK_KEY})
             row = await cur.fetchone()
             self._holds_lock = bool(row and row["acquired"])
+        if self._holds_lock:
+            self._acquisitions += 1
         return self._holds_lock
 
     async def read_snapshot(self, *, failed_window_seconds: float) -> list[QueueRow]:
-        """The aggregate, on the lock's own connection: if it fails because the connection broke, the
-        lock is known to be gone too."""
+        """The aggregate, on the lock's own connection, with the proof that the lock is still held read in
+        the same statement: the flag and `conn.closed` only say what this process last saw, and a session
+        whose backend was terminated looks open until it is used. Without the proof the session is
+        dropped and Unavailable raised, so no count is ever published on a lock that may be gone."""
         if not self._holds_lock or self._conn is None:
             raise Unavailable("this session does not hold the exporter lock")
         async with self._closing_on_error():
             cur = await self._conn.execute(
-                queries.METRICS_QUEUE_SNAPSHOT, {"failed_window_seconds": failed_window_seconds}
+                queries.METRICS_QUEUE_SNAPSHOT,
+                {"failed_window_seconds": failed_window_seconds, "lock_key": METRICS_EXPORTER_LOCK_KEY},
             )
             rows = await cur.fetchall()
+        if not rows or not rows[0]["lock_held"]:
+            await self.close()
+            raise Unavailable("the exporter lock is no longer held by this session")
         return [
-            QueueRow(r["tenant"], r["kind"], JobState(r["state"]), r["jobs"], r["oldest_wait_seconds"]) for r in rows
+            QueueRow(r["tenant"], r["kind"], JobState(r["state"]), r["jobs"], r["oldest_wait_seconds"])
+            for r in rows
+            if r["tenant"] is not None
         ]
 
     async def close(self) -> None:

@@ -20,5 +20,5 @@ async def delete_finished_jobs(conn: Connection, *, retention_seconds: float, li
     job_ids = [row["job_id"] for row in await cur.fetchall()]
     if not job_ids:
         return 0
-    cur = await conn.execute(JOB_DELETE_FINISHED, {"job_ids": job_ids})
+    cur = await conn.execute(JOB_DELETE_FINISHED, {"job_ids": job_ids, "retention_seconds": retention_seconds})
     return len(await cur.fetchall())

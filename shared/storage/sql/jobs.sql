@@ -163,9 +163,8 @@ WITH expired AS (
     SELECT e.job_id, e.cancel_requested, e.attempts, e.max_attempts, e.deadline,
            clock_timestamp() + make_interval(secs => random() * least(e.backoff_cap_seconds,
                e.backoff_base_seconds * power(2, greatest(e.attempts - 1, 0)))) AS retry_at,
-           (SELECT r.step FROM job_receipts AS r
-            WHERE r.job_id = e.job_id AND r.attempt = e.attempts AND r.confirmed_at IS NULL
-            LIMIT 1) AS unconfirmed_step
+           -- Read after the row is locked, not from this statement's snapshot (see the function).
+           job_unconfirmed_step(e.job_id, e.attempts) AS unconfirmed_step
     FROM expired AS e
 ), decided AS (
     SELECT job_id, retry_at, unconfirmed_step,

@@ -2,10 +2,20 @@
 
 -- name: receipt_record_intent
 -- Records that the current attempt is about to make an external call; no row when the lease is gone.
+-- The job row is locked FOR SHARE, which the lease sweep's FOR UPDATE SKIP LOCKED cannot share: an
+-- intent either waits for a sweep that already holds the job, and then finds its lease ended, or keeps
+-- the sweep off the job until the intent is committed, where the sweep's receipt check sees it. A lease
+-- past its end takes no intent even before a sweep comes by: the external call must not start.
+WITH held AS (
+    SELECT job_id, attempts, fencing_token, lease_expires_at
+    FROM jobs
+    WHERE job_id = %(job_id)s::uuid AND fencing_token = %(fencing_token)s AND state = 'running'
+    FOR SHARE
+)
 INSERT INTO job_receipts (job_id, attempt, step, fencing_token, intent)
 SELECT job_id, attempts, %(step)s, fencing_token, %(intent)s
-FROM jobs
-WHERE job_id = %(job_id)s::uuid AND fencing_token = %(fencing_token)s AND state = 'running'
+FROM held
+WHERE lease_expires_at > clock_timestamp()
 ON CONFLICT (job_id, attempt, step) DO UPDATE
     SET intent = EXCLUDED.intent, recorded_at = clock_timestamp()
     WHERE job_receipts.confirmed_at IS NULL AND job_receipts.fencing_token = EXCLUDED.fencing_token

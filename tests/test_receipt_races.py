@@ -1,0 +1,123 @@
+"""An intent of an external call and the lease sweep, raced: whatever the interleaving, either the intent
+is refused (and the handler never makes its call) or the sweep sees it and the job waits for a decision
+in OUTCOME_UNKNOWN. Never both an accepted intent and an automatic retry."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from shared.domain.errors import LeaseLost
+from shared.domain.jobs import JobState, LeaseRef
+from shared.storage import lease_store
+from shared.storage.database import Database
+from tests import factories
+from tests.conditions import wait_until
+from tests.db_fixtures import SyncProbe
+from worker_service.receipt_book import DatabaseReceiptBook
+
+pytestmark = pytest.mark.timeout(60)
+
+SWEEP_APPLICATION_NAME = "jobs-tests-sweep"
+# The pause below holds the sweep at the start of its statement; this advisory key opens it.
+SWEEP_PAUSE_LOCK_KEY = 7_319_001
+# Long enough for the few statements between arranging the lease and recording the intent, on a busy
+# machine; the test then waits, on the database clock, for the lease to run out.
+LEASE_LEFT_SECONDS = 5
+
+
+def _sweep_waits_on_a_lock(sync_db: SyncProbe) -> bool:
+    return bool(
+        sync_db.rows(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = %s AND wait_event_type = 'Lock'",
+            (SWEEP_APPLICATION_NAME,),
+        )
+    )
+
+
+async def _sweep_connection(database_url: str) -> psycopg.AsyncConnection[dict]:
+    return await psycopg.AsyncConnection.connect(
+        database_url, row_factory=dict_row, application_name=SWEEP_APPLICATION_NAME
+    )
+
+
+async def test_an_intent_after_the_lease_ran_out_is_refused_before_any_sweep(db: Database, sync_db: SyncProbe):
+    claimed = await factories.insert_and_claim(db)
+    await factories.expire_lease(db, claimed.job_id)
+    book = DatabaseReceiptBook(db, LeaseRef(claimed.job_id, claimed.fencing_token))
+
+    with pytest.raises(LeaseLost):
+        await book.record_intent("charge", b"request-1")
+
+    assert sync_db.rows("SELECT * FROM job_receipts") == []
+
+
+async def test_an_intent_waiting_for_the_sweep_is_refused_once_the_sweep_ended_the_lease(
+    db: Database, database_url: str, sync_db: SyncProbe
+):
+    claimed = await factories.insert_and_claim(db)
+    await factories.expire_lease(db, claimed.job_id)
+    book = DatabaseReceiptBook(db, LeaseRef(claimed.job_id, claimed.fencing_token))
+
+    async with await _sweep_connection(database_url) as sweep:
+        swept = await lease_store.rescue_expired_leases(sweep, limit=10)  # holds the row, not committed
+        assert [t.state for t in swept] == [JobState.RETRY_WAIT]
+        recording = asyncio.create_task(book.record_intent("charge", b"request-1"))
+        await wait_until(
+            lambda: bool(sync_db.rows("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'")),
+            what="the intent to wait for the sweep's row lock",
+        )
+        await sweep.commit()
+        outcome = (await asyncio.gather(recording, return_exceptions=True))[0]
+
+    assert isinstance(outcome, LeaseLost), "the handler would go on to make its call with nobody to decide"
+    assert sync_db.rows("SELECT * FROM job_receipts") == []
+    assert sync_db.job(claimed.job_id)["state"] == "retry_wait"
+
+
+async def test_the_sweep_sees_an_intent_committed_after_its_statement_began(
+    db: Database, database_url: str, sync_db: SyncProbe
+):
+    """The sweep's statement takes its snapshot, then an intent is recorded under a still-live lease and
+    committed, then the lease runs out, and only then does the sweep read the job. Its decision must
+    count the intent, though the statement's snapshot predates it."""
+    claimed = await factories.insert_and_claim(db)
+    lease = LeaseRef(claimed.job_id, claimed.fencing_token)
+    # A test-only trigger holds every UPDATE of jobs at its start (after its snapshot, before it reads a
+    # row) while this session holds the advisory lock; this session's own updates pass (the lock is
+    # re-entrant).
+    sync_db.execute(
+        "CREATE FUNCTION test_pause_updates() RETURNS trigger LANGUAGE plpgsql AS"
+        f" $$ BEGIN PERFORM pg_advisory_xact_lock({SWEEP_PAUSE_LOCK_KEY}); RETURN NULL; END $$"
+    )
+    sync_db.execute(
+        "CREATE TRIGGER test_pause_updates BEFORE UPDATE ON jobs"
+        " FOR EACH STATEMENT EXECUTE FUNCTION test_pause_updates()"
+    )
+    sync_db.one("SELECT pg_advisory_lock(%s) AS held", (SWEEP_PAUSE_LOCK_KEY,))
+    sync_db.execute(
+        "UPDATE jobs SET lease_expires_at = clock_timestamp() + make_interval(secs => %s) WHERE job_id = %s",
+        (LEASE_LEFT_SECONDS, claimed.job_id),
+    )
+
+    async with await _sweep_connection(database_url) as sweep:
+        sweeping = asyncio.create_task(lease_store.rescue_expired_leases(sweep, limit=10))
+        await wait_until(lambda: _sweep_waits_on_a_lock(sync_db), what="the sweep to pause")
+        await DatabaseReceiptBook(db, lease).record_intent("charge", b"request-1")
+        await wait_until(
+            lambda: sync_db.one("SELECT lease_expires_at < clock_timestamp() AS over FROM jobs")["over"],
+            within_seconds=LEASE_LEFT_SECONDS + 10,
+            what="the lease to run out",
+        )
+        sync_db.one("SELECT pg_advisory_unlock(%s) AS released", (SWEEP_PAUSE_LOCK_KEY,))
+        swept = await sweeping
+        await sweep.commit()
+
+    assert [(t.job_id, t.state) for t in swept] == [(claimed.job_id, JobState.OUTCOME_UNKNOWN)]
+    job = sync_db.job(claimed.job_id)
+    assert job["state"] == "outcome_unknown"
+    assert "charge" in job["last_error_message"]
