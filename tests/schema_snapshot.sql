@@ -43,8 +43,8 @@ CREATE FUNCTION public.jobs_finished(id uuid) RETURNS boolean
     AS $$ SELECT EXISTS (SELECT 1 FROM jobs WHERE job_id = id
                          AND state IN ('succeeded', 'failed', 'cancelled', 'superseded')) $$;
 
-CREATE FUNCTION public.jobs_next_state_after_failure(category public.error_category, cancel_requested boolean, attempts integer, max_attempts integer, deadline timestamp with time zone, retry_at timestamp with time zone, waiting_state public.job_state, OUT next_state public.job_state, OUT cause public.failure_cause) RETURNS record
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+CREATE FUNCTION public.jobs_next_state_after_failure(category public.error_category, cancel_requested boolean, attempts integer, max_attempts integer, deadline timestamp with time zone, retry_at timestamp with time zone, waiting_state public.job_state) RETURNS TABLE(next_state public.job_state, cause public.failure_cause)
+    LANGUAGE sql IMMUTABLE ROWS 1 PARALLEL SAFE
     AS $$
         SELECT CASE decided.cause
                    WHEN 'cancel_requested' THEN 'cancelled'
@@ -94,11 +94,11 @@ BEGIN
 END $$;
 
 CREATE FUNCTION public.jobs_retry_backoff(attempt integer, base_seconds double precision, cap_seconds double precision) RETURNS interval
-    LANGUAGE sql STRICT PARALLEL RESTRICTED
+    LANGUAGE sql PARALLEL RESTRICTED
     AS $$ SELECT make_interval(secs => random() * jobs_retry_backoff_ceiling(attempt, base_seconds, cap_seconds)) $$;
 
 CREATE FUNCTION public.jobs_retry_backoff_ceiling(attempt integer, base_seconds double precision, cap_seconds double precision) RETURNS double precision
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
         SELECT CASE
             WHEN base_seconds <= 0 OR cap_seconds <= 0 THEN 0

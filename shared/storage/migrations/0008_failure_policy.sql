@@ -10,7 +10,7 @@
 CREATE FUNCTION jobs_retry_backoff_ceiling(attempt integer, base_seconds double precision,
                                            cap_seconds double precision)
     RETURNS double precision
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
         SELECT CASE
             WHEN base_seconds <= 0 OR cap_seconds <= 0 THEN 0
@@ -21,10 +21,11 @@ CREATE FUNCTION jobs_retry_backoff_ceiling(attempt integer, base_seconds double 
     $$;
 
 -- The wait before the next attempt: full jitter, uniform in [0, ceiling], so that jobs which failed
--- together do not come back together.
+-- together do not come back together. Neither function is STRICT: the planner inlines a non-strict SQL
+-- function into the calling statement instead of calling it for every row.
 CREATE FUNCTION jobs_retry_backoff(attempt integer, base_seconds double precision, cap_seconds double precision)
     RETURNS interval
-    LANGUAGE sql VOLATILE STRICT PARALLEL RESTRICTED
+    LANGUAGE sql VOLATILE PARALLEL RESTRICTED
     AS $$ SELECT make_interval(secs => random() * jobs_retry_backoff_ceiling(attempt, base_seconds, cap_seconds)) $$;
 
 -- Why an attempt's end leads where it does; the statements phrase their messages from it.
@@ -41,11 +42,13 @@ CREATE TYPE failure_cause AS ENUM (
 -- interrupted attempt is retryable, or outcome_unknown after an unconfirmed external call); `attempts`
 -- counts the attempts used, this one included; `retry_at` is when the next attempt could start;
 -- `waiting_state` is where that attempt waits (RETRY_WAIT after a backoff, PENDING when handed back).
+-- Always exactly one row. Declared as a table so that the planner inlines it into a statement's FROM
+-- clause; a function returning a record would be called for every row.
 CREATE FUNCTION jobs_next_state_after_failure(
     category error_category, cancel_requested boolean, attempts integer, max_attempts integer,
-    deadline timestamptz, retry_at timestamptz, waiting_state job_state,
-    OUT next_state job_state, OUT cause failure_cause)
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    deadline timestamptz, retry_at timestamptz, waiting_state job_state)
+    RETURNS TABLE (next_state job_state, cause failure_cause)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 1
     AS $$
         SELECT CASE decided.cause
                    WHEN 'cancel_requested' THEN 'cancelled'
