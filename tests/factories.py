@@ -114,7 +114,7 @@ async def expire_lease(db: Database, job_id: JobId) -> None:
 
 async def rescue_expired(db: Database, *, limit: int = 100) -> list[lease_store.Transition]:
     async with db.transaction() as conn:
-        return await lease_store.rescue_expired_leases(conn, limit=limit)
+        return (await lease_store.rescue_expired_leases(conn, limit=limit)).moved
 
 
 async def reclaim(db: Database, job_id: JobId, **options: Any) -> ClaimedJob:

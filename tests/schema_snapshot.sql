@@ -7,6 +7,15 @@ CREATE TYPE public.error_category AS ENUM (
     'outcome_unknown'
 );
 
+CREATE TYPE public.failure_cause AS ENUM (
+    'cancel_requested',
+    'outcome_unknown',
+    'permanent',
+    'attempts_exhausted',
+    'deadline',
+    'retry'
+);
+
 CREATE TYPE public.job_state AS ENUM (
     'pending',
     'blocked',
@@ -59,6 +68,26 @@ CREATE FUNCTION public.jobs_delete_finished(job_ids uuid[], retention_seconds do
         RETURNING j.job_id
     $$;
 
+CREATE FUNCTION public.jobs_next_state_after_failure(category public.error_category, cancel_requested boolean, attempts integer, max_attempts integer, deadline timestamp with time zone, retry_at timestamp with time zone, waiting_state public.job_state) RETURNS TABLE(next_state public.job_state, cause public.failure_cause)
+    LANGUAGE sql IMMUTABLE ROWS 1 PARALLEL SAFE
+    AS $$
+        SELECT CASE decided.cause
+                   WHEN 'cancel_requested' THEN 'cancelled'
+                   WHEN 'outcome_unknown' THEN 'outcome_unknown'
+                   WHEN 'retry' THEN waiting_state
+                   ELSE 'failed'
+               END::job_state,
+               decided.cause
+        FROM (SELECT CASE
+                  WHEN cancel_requested THEN 'cancel_requested'
+                  WHEN category = 'outcome_unknown' THEN 'outcome_unknown'
+                  WHEN category = 'permanent' THEN 'permanent'
+                  WHEN attempts >= max_attempts THEN 'attempts_exhausted'
+                  WHEN deadline IS NOT NULL AND deadline <= retry_at THEN 'deadline'
+                  ELSE 'retry'
+              END::failure_cause AS cause) AS decided
+    $$;
+
 CREATE FUNCTION public.jobs_notify_runnable() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -106,6 +135,21 @@ CREATE FUNCTION public.jobs_retention_lock(retention_seconds double precision, m
         ORDER BY j.finished_at
         LIMIT max_jobs
         FOR UPDATE OF j SKIP LOCKED
+    $$;
+
+CREATE FUNCTION public.jobs_retry_backoff(attempt integer, base_seconds double precision, cap_seconds double precision) RETURNS interval
+    LANGUAGE sql PARALLEL RESTRICTED
+    AS $$ SELECT make_interval(secs => random() * jobs_retry_backoff_ceiling(attempt, base_seconds, cap_seconds)) $$;
+
+CREATE FUNCTION public.jobs_retry_backoff_ceiling(attempt integer, base_seconds double precision, cap_seconds double precision) RETURNS double precision
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+        SELECT CASE
+            WHEN base_seconds <= 0 OR cap_seconds <= 0 THEN 0
+            WHEN greatest(attempt - 1, 0) >= least(1023, (ln(cap_seconds) - ln(base_seconds)) / ln(2))
+                THEN cap_seconds
+            ELSE base_seconds * power(2::double precision, greatest(attempt - 1, 0))
+        END
     $$;
 
 CREATE FUNCTION public.jobs_settle_dependents() RETURNS trigger

@@ -381,7 +381,7 @@ async def test_every_transition_a_worker_makes_still_works_as_the_worker_role(db
 
     rescued = await factories.rescue_expired(worker_db)
     async with worker_db.transaction() as conn:
-        past_deadline = await lease_store.fail_past_deadline(conn, limit=10)
+        past_deadline = (await lease_store.fail_past_deadline(conn, limit=10)).moved
     reclaimed = await factories.claim_one(worker_db)
 
     assert {t.job_id: t.state for t in rescued} == {

@@ -84,7 +84,7 @@ async def test_a_passed_deadline_is_recorded_as_a_system_transition(db, sync_db)
     job = await factories.insert_job(db, deadline=datetime.now(UTC) - timedelta(seconds=1))
 
     async with db.transaction() as conn:
-        moved = await lease_store.fail_past_deadline(conn, limit=10)
+        moved = (await lease_store.fail_past_deadline(conn, limit=10)).moved
 
     assert [t.job_id for t in moved] == [job.job_id]
     assert events_of(sync_db, job.job_id)[-1][:7] == (2, "pending", "failed", 0, 0, "system", "deadline")

@@ -557,7 +557,9 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     async def sweep(self, step: Any) -> list[lease_store.Transition]:
         async with self.db.transaction() as conn:
-            return await step(conn, limit=SWEEP_LIMIT)
+            swept = await step(conn, limit=SWEEP_LIMIT)
+        assert swept.rejected == [], "the database refused a sweep statement"
+        return swept.moved
 
     @precondition(lambda self: self.jobs)
     @rule(data=st.data())

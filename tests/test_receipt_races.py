@@ -26,7 +26,6 @@ SWEEP_APPLICATION_NAME = "jobs-tests-sweep"
 SWEEP_PAUSE_LOCK_KEY = 7_319_001
 # Long enough for the few statements between arranging the lease and recording the intent, on a busy
 # machine; the test then waits, on the database clock, for the lease to run out.
-LEASE_LEFT_SECONDS = 5
 
 
 def _sweep_waits_on_a_lock(sync_db: SyncProbe) -> bool:
@@ -64,7 +63,7 @@ async def test_an_intent_waiting_for_the_sweep_is_refused_once_the_sweep_ended_t
     book = DatabaseReceiptBook(db, LeaseRef(claimed.job_id, claimed.fencing_token))
 
     async with await _sweep_connection(database_url) as sweep:
-        swept = await lease_store.rescue_expired_leases(sweep, limit=10)  # holds the row, not committed
+        swept = (await lease_store.rescue_expired_leases(sweep, limit=10)).moved  # holds the row, not committed
         assert [t.state for t in swept] == [JobState.RETRY_WAIT]
         recording = asyncio.create_task(book.record_intent("charge", b"request-1"))
         await wait_until(
@@ -79,17 +78,17 @@ async def test_an_intent_waiting_for_the_sweep_is_refused_once_the_sweep_ended_t
     assert sync_db.job(claimed.job_id)["state"] == "retry_wait"
 
 
-async def test_the_sweep_sees_an_intent_committed_after_its_statement_began(
+async def test_an_intent_cannot_slip_in_while_the_sweep_holds_the_row_with_an_older_snapshot(
     db: Database, database_url: str, sync_db: SyncProbe
 ):
-    """The sweep's statement takes its snapshot, then an intent is recorded under a still-live lease and
-    committed, then the lease runs out, and only then does the sweep read the job. Its decision must
-    count the intent, though the statement's snapshot predates it."""
+    """The sweep locks the expired job, then its UPDATE takes its snapshot and is held there (a test-only
+    trigger). An intent arriving now must not commit under that snapshot's nose: it waits for the row,
+    and once the sweep has ended the lease it is refused, so no external call is made blind."""
     claimed = await factories.insert_and_claim(db)
     lease = LeaseRef(claimed.job_id, claimed.fencing_token)
-    # A test-only trigger holds every UPDATE of jobs at its start (after its snapshot, before it reads a
-    # row) while this session holds the advisory lock; this session's own updates pass (the lock is
-    # re-entrant).
+    await factories.expire_lease(db, claimed.job_id)
+    # Holds every UPDATE of jobs at its start (after its snapshot, before it reads a row) while this
+    # session holds the advisory lock.
     sync_db.execute(
         "CREATE FUNCTION test_pause_updates() RETURNS trigger LANGUAGE plpgsql AS"
         f" $$ BEGIN PERFORM pg_advisory_xact_lock({SWEEP_PAUSE_LOCK_KEY}); RETURN NULL; END $$"
@@ -99,25 +98,20 @@ async def test_the_sweep_sees_an_intent_committed_after_its_statement_began(
         " FOR EACH STATEMENT EXECUTE FUNCTION test_pause_updates()"
     )
     sync_db.one("SELECT pg_advisory_lock(%s) AS held", (SWEEP_PAUSE_LOCK_KEY,))
-    sync_db.execute(
-        "UPDATE jobs SET lease_expires_at = clock_timestamp() + make_interval(secs => %s) WHERE job_id = %s",
-        (LEASE_LEFT_SECONDS, claimed.job_id),
-    )
 
     async with await _sweep_connection(database_url) as sweep:
         sweeping = asyncio.create_task(lease_store.rescue_expired_leases(sweep, limit=10))
         await wait_until(lambda: _sweep_waits_on_a_lock(sync_db), what="the sweep to pause")
-        await DatabaseReceiptBook(db, lease).record_intent("charge", b"request-1")
+        recording = asyncio.create_task(DatabaseReceiptBook(db, lease).record_intent("charge", b"request-1"))
         await wait_until(
-            lambda: sync_db.one("SELECT lease_expires_at < clock_timestamp() AS over FROM jobs")["over"],
-            within_seconds=LEASE_LEFT_SECONDS + 10,
-            what="the lease to run out",
+            lambda: len(sync_db.rows("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'")) >= 2,
+            what="the intent to wait for the row the sweep holds",
         )
         sync_db.one("SELECT pg_advisory_unlock(%s) AS released", (SWEEP_PAUSE_LOCK_KEY,))
-        swept = await sweeping
+        swept = (await sweeping).moved
         await sweep.commit()
+        outcome = (await asyncio.gather(recording, return_exceptions=True))[0]
 
-    assert [(t.job_id, t.state) for t in swept] == [(claimed.job_id, JobState.OUTCOME_UNKNOWN)]
-    job = sync_db.job(claimed.job_id)
-    assert job["state"] == "outcome_unknown"
-    assert "charge" in job["last_error_message"]
+    assert [(t.job_id, t.state) for t in swept] == [(claimed.job_id, JobState.RETRY_WAIT)]
+    assert isinstance(outcome, LeaseLost), "the handler would go on to make its call with nobody to decide"
+    assert sync_db.rows("SELECT * FROM job_receipts") == []

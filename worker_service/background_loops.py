@@ -1,13 +1,16 @@
-"""The worker's periodic duties besides running jobs: wake-ups and the lease rescue sweep."""
+"""The worker's periodic duties besides running jobs: wake-ups, the lease and deadline sweeps, retention."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from shared.domain.errors import JobsError
+from shared.domain.ids import JobId
 from shared.storage import lease_store
 from shared.storage.database import Database
 from shared.storage.notifications import LISTENING, RUNNABLE_CHANNEL, STOP_CHANNEL, listen
@@ -16,6 +19,8 @@ from worker_service.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 RESCUE_BATCH_LIMIT = 500
+# How long a sweep leaves out a job the database refused to move before it tries the job again.
+REJECTED_PASS_OVER_SECONDS = 300.0
 RETENTION_BATCH_LIMIT = 1000
 LISTEN_RETRY_MAX_SECONDS = 10.0
 
@@ -41,32 +46,82 @@ async def listen_for_work(database_url: str, wake: Callable[[], None], stop_requ
         delay = min(delay * 2, LISTEN_RETRY_MAX_SECONDS)
 
 
-async def rescue_leases(db: Database, metrics: WorkerMetrics, interval_seconds: float) -> None:
+class PassedOver:
+    """Jobs a sweep was refused for, left out of its passes for a while: however many there are, they
+    cannot fill every batch and starve the rows behind them, and each comes back once the time is up."""
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._until: dict[JobId, float] = {}
+
+    def add(self, job_id: JobId) -> None:
+        self._until[job_id] = time.monotonic() + self._seconds
+
+    def current(self) -> list[JobId]:
+        now = time.monotonic()
+        self._until = {job_id: until for job_id, until in self._until.items() if until > now}
+        return list(self._until)
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    name: str
+    run: Callable[..., Awaitable[lease_store.SweepPass]]
+    passed_over: PassedOver
+
+
+async def rescue_leases(
+    db: Database,
+    metrics: WorkerMetrics,
+    interval_seconds: float,
+    *,
+    batch_limit: int = RESCUE_BATCH_LIMIT,
+    pass_over_seconds: float = REJECTED_PASS_OVER_SECONDS,
+) -> None:
     """Ends expired leases and fails jobs past their deadline. Every replica runs it; SKIP LOCKED
-    keeps the sweeps from colliding."""
+    keeps the sweeps from colliding. Each sweep runs in a transaction of its own and a row the database
+    refuses is left behind, so neither one bad row nor one failing sweep stops the rest."""
+    sweeps = (
+        _Sweep("lease", lease_store.rescue_expired_leases, PassedOver(pass_over_seconds)),
+        _Sweep("deadline", lease_store.fail_past_deadline, PassedOver(pass_over_seconds)),
+    )
     while True:
-        try:
-            async with db.transaction() as conn:
-                ended = await lease_store.rescue_expired_leases(conn, limit=RESCUE_BATCH_LIMIT)
-            async with db.transaction() as conn:
-                ended += await lease_store.fail_past_deadline(conn, limit=RESCUE_BATCH_LIMIT)
-            for t in ended:
-                metrics.rescued.labels(t.state.value).inc()
-                log.info(
-                    "lease sweep moved job to %s",
-                    t.state.value,
-                    extra={
-                        "job_id": t.job_id,
-                        "tenant": t.tenant,
-                        "kind": t.kind,
-                        "attempt": t.attempts,
-                        "fencing_token": t.fencing_token,
-                        "state": t.state.value,
-                    },
-                )
-        except JobsError as exc:
-            log.warning("lease sweep failed: %s", exc.message)
+        for sweep in sweeps:
+            await _sweep_once(db, metrics, sweep, batch_limit)
         await asyncio.sleep(interval_seconds * random.uniform(0.8, 1.2))
+
+
+async def _sweep_once(db: Database, metrics: WorkerMetrics, sweep: _Sweep, batch_limit: int) -> None:
+    try:
+        async with db.transaction() as conn:
+            done = await sweep.run(conn, limit=batch_limit, passed_over=sweep.passed_over.current())
+    except JobsError as exc:
+        log.warning("%s sweep failed: %s", sweep.name, exc.message)
+        return
+    for row in done.rejected:
+        sweep.passed_over.add(row.job_id)
+        metrics.sweep_rejected.labels(sweep.name).inc()
+        log.error(
+            "%s sweep could not move a job, left as it is: %s",
+            sweep.name,
+            row.error,
+            extra={"job_id": row.job_id},
+        )
+    for t in done.moved:
+        metrics.rescued.labels(t.state.value).inc()
+        log.info(
+            "%s sweep moved job to %s",
+            sweep.name,
+            t.state.value,
+            extra={
+                "job_id": t.job_id,
+                "tenant": t.tenant,
+                "kind": t.kind,
+                "attempt": t.attempts,
+                "fencing_token": t.fencing_token,
+                "state": t.state.value,
+            },
+        )
 
 
 async def apply_retention(db: Database, retention_seconds: float, interval_seconds: float) -> None:

@@ -58,6 +58,12 @@ class WorkerMetrics:
             ["state"],
             registry=r,
         )
+        self.sweep_rejected = Counter(
+            "jobs_sweep_rejected_total",
+            "Jobs a sweep could not move because the database refused the statement for them.",
+            ["sweep"],
+            registry=r,
+        )
 
     def watch_pool(self, stats: Callable[[], Mapping[str, int]]) -> None:
         """Exports the connection pool's statistics, read from `stats` at scrape time."""

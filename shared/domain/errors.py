@@ -96,6 +96,13 @@ class DeadlineExceeded(JobsError):
     reason = "DEADLINE_EXCEEDED"
 
 
+class RowsRejected(JobsError):
+    """The database refused a statement for the rows it touched (a value out of range, a violated
+    constraint, a trigger's error): the same statement over other rows may succeed."""
+
+    reason = "ROWS_REJECTED"
+
+
 class Unauthenticated(JobsError):
     reason = "UNAUTHENTICATED"
 

@@ -9,6 +9,7 @@ asyncio.CancelledError at the handler's next await.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -17,9 +18,13 @@ from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import ErrorCategory, Receipt
 
 MAX_ATTEMPTS_DEFAULT = 3
-# Retry backoff: full jitter in [0, min(cap, base * 2^(attempt-1))] seconds, computed by the database.
+# Retry backoff: full jitter in [0, min(cap, base * 2^(attempt-1))] seconds, computed by the database:
+# jobs_retry_backoff, beside jobs_next_state_after_failure, in shared/storage/migrations/*_failure_policy.sql.
 BACKOFF_BASE_SECONDS_DEFAULT = 1.0
 BACKOFF_CAP_SECONDS_DEFAULT = 300.0
+# Longer than any wait a retry is worth, and far inside the range of the database's timestamps, which a
+# retry time must fit.
+BACKOFF_CAP_SECONDS_MAX = 30 * 24 * 3600.0
 
 
 class HandlerError(Exception):
@@ -136,6 +141,12 @@ class HandlerRegistry:
         backoff_cap_seconds: float = BACKOFF_CAP_SECONDS_DEFAULT,
     ) -> Callable[[Handler], Handler]:
         """Decorator registering `handler` for `kind`; a kind registered twice is a programming error."""
+        if not 0 <= backoff_base_seconds < math.inf:
+            raise ValueError(f"job kind {kind!r}: backoff_base_seconds must be a finite number of seconds >= 0")
+        if not 0 <= backoff_cap_seconds <= BACKOFF_CAP_SECONDS_MAX:
+            raise ValueError(
+                f"job kind {kind!r}: backoff_cap_seconds must be between 0 and {BACKOFF_CAP_SECONDS_MAX:g}"
+            )
 
         def decorate(handler: Handler) -> Handler:
             if kind in self._specs:

@@ -20,6 +20,7 @@ from shared.domain.errors import (
     DeadlineExceeded,
     FieldViolation,
     InvalidArgument,
+    RowsRejected,
     Unavailable,
 )
 from shared.storage import queries
@@ -86,6 +87,21 @@ def translate_db_errors() -> Iterator[None]:
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         # Includes a lost COMMIT reply: the outcome is unknown, so the answer must be indeterminate.
         raise Unavailable("the database is unavailable") from exc
+
+
+@asynccontextmanager
+async def savepoint(conn: Connection) -> AsyncIterator[None]:
+    """A transaction nested in the current one: when the block fails, only its own work is undone and the
+    enclosing transaction goes on. A statement refused for the rows it touched raises RowsRejected; a
+    failure of the session itself (a lost connection, a timeout) raises as `translate_db_errors` says."""
+    with translate_db_errors():
+        try:
+            async with conn.transaction():
+                yield
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            raise
+        except psycopg.DatabaseError as exc:
+            raise RowsRejected(exc.diag.message_primary or type(exc).__name__) from exc
 
 
 @contextmanager

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from shared.domain.errors import RowsRejected
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import (
     ClaimedJob,
@@ -21,7 +22,7 @@ from shared.domain.jobs import (
 )
 from shared.domain.trace_context import TraceContext
 from shared.storage import queries
-from shared.storage.database import Connection
+from shared.storage.database import Connection, savepoint
 
 
 @dataclass(frozen=True)
@@ -76,14 +77,61 @@ def _transitions(rows: list[dict[str, Any]]) -> list[Transition]:
     ]
 
 
-async def rescue_expired_leases(conn: Connection, *, limit: int) -> list[Transition]:
-    cur = await conn.execute(queries.JOB_RESCUE_EXPIRED, {"limit": limit})
-    return _transitions(await cur.fetchall())
+@dataclass(frozen=True)
+class RejectedRow:
+    """A job whose sweep statement the database refused; the sweep moved on without it."""
+
+    job_id: JobId
+    error: str
 
 
-async def fail_past_deadline(conn: Connection, *, limit: int) -> list[Transition]:
-    cur = await conn.execute(queries.JOB_FAIL_PAST_DEADLINE, {"limit": limit})
-    return _transitions(await cur.fetchall())
+@dataclass(frozen=True)
+class SweepPass:
+    """What one pass of a sweep did: the jobs it moved, and the ones it had to leave as they were."""
+
+    moved: list[Transition]
+    rejected: list[RejectedRow]
+
+
+async def rescue_expired_leases(conn: Connection, *, limit: int, passed_over: Sequence[JobId] = ()) -> SweepPass:
+    """Ends up to `limit` expired leases, skipping `passed_over`; a row the database refuses to move is
+    left as it was and reported, and never stops the others."""
+    return await _sweep(conn, queries.JOB_LOCK_EXPIRED_LEASES, queries.JOB_RESCUE_EXPIRED, limit, passed_over)
+
+
+async def fail_past_deadline(conn: Connection, *, limit: int, passed_over: Sequence[JobId] = ()) -> SweepPass:
+    """Fails up to `limit` waiting jobs past their deadline, skipping `passed_over`; rejected rows as above."""
+    return await _sweep(conn, queries.JOB_LOCK_PAST_DEADLINE, queries.JOB_FAIL_PAST_DEADLINE, limit, passed_over)
+
+
+async def _sweep(conn: Connection, lock: str, move: str, limit: int, passed_over: Sequence[JobId]) -> SweepPass:
+    cur = await conn.execute(lock, {"limit": limit, "passed_over": list(passed_over)})
+    job_ids = [JobId(str(r["job_id"])) for r in await cur.fetchall()]
+    moved: list[Transition] = []
+    rejected: list[RejectedRow] = []
+    if job_ids:
+        await _move_isolating(conn, move, job_ids, moved, rejected)
+    return SweepPass(moved, rejected)
+
+
+async def _move_isolating(
+    conn: Connection, move: str, job_ids: list[JobId], moved: list[Transition], rejected: list[RejectedRow]
+) -> None:
+    """Moves the locked rows in one statement; when the database refuses it, halves the batch until the
+    refused rows stand alone, so that one bad row costs about 2·log2(batch) statements, not the batch."""
+    try:
+        async with savepoint(conn):
+            cur = await conn.execute(move, {"job_ids": job_ids})
+            rows = await cur.fetchall()
+    except RowsRejected as exc:
+        if len(job_ids) == 1:
+            rejected.append(RejectedRow(job_ids[0], exc.message))
+            return
+        half = len(job_ids) // 2
+        await _move_isolating(conn, move, job_ids[:half], moved, rejected)
+        await _move_isolating(conn, move, job_ids[half:], moved, rejected)
+        return
+    moved.extend(_transitions(rows))
 
 
 async def _current_states(conn: Connection, job_ids: Sequence[JobId]) -> dict[JobId, JobState]:

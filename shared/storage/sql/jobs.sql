@@ -147,48 +147,57 @@ RETURNING j.job_id, j.tenant, j.kind, j.payload, j.attempts, j.max_attempts, j.f
           j.lease_expires_at, j.created_at, greatest(j.run_after, j.created_at) AS queued_since,
           j.started_at AS claimed_at, j.traceparent, j.tracestate;
 
+-- name: job_lock_expired_leases
+-- Locks up to `limit` running jobs whose lease ran out, oldest first, skipping rows another sweep holds and
+-- the ones this sweep was refused for lately (`passed_over`), so that those cannot hold up the rest.
+SELECT job_id
+FROM jobs
+WHERE state = 'running' AND lease_expires_at < clock_timestamp()
+  AND job_id <> ALL (%(passed_over)s::uuid[])
+ORDER BY lease_expires_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
 -- name: job_rescue_expired
--- Ends leases that ran out: retry after a backoff, or FAILED / CANCELLED when no attempt may follow.
--- Decisions read the rows as locked (like job_fail): a cancel committed after this statement's snapshot
--- was taken is only in the locked version.
+-- Ends the named jobs' expired leases as jobs_next_state_after_failure decides (a retry after a backoff,
+-- or FAILED / CANCELLED / OUTCOME_UNKNOWN). Run after job_lock_expired_leases in one transaction: this
+-- statement's snapshot is taken with the rows already locked, so it sees every cancel and receipt
+-- committed before the lock.
 WITH expired AS (
     SELECT job_id, cancel_requested, attempts, max_attempts, deadline, backoff_base_seconds,
            backoff_cap_seconds
     FROM jobs
-    WHERE state = 'running' AND lease_expires_at < clock_timestamp()
-    ORDER BY lease_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    WHERE job_id = ANY (%(job_ids)s::uuid[]) AND state = 'running' AND lease_expires_at < clock_timestamp()
+    FOR UPDATE
 ), timed AS (
     SELECT e.job_id, e.cancel_requested, e.attempts, e.max_attempts, e.deadline,
-           clock_timestamp() + make_interval(secs => random() * least(e.backoff_cap_seconds,
-               e.backoff_base_seconds * power(2, greatest(e.attempts - 1, 0)))) AS retry_at,
+           clock_timestamp() + jobs_retry_backoff(e.attempts, e.backoff_base_seconds, e.backoff_cap_seconds)
+               AS retry_at,
            -- Read after the row is locked, not from this statement's snapshot (see the function).
            job_unconfirmed_step(e.job_id, e.attempts) AS unconfirmed_step
     FROM expired AS e
+), classified AS (
+    -- A lease that ran out is a retryable failure, unless the attempt made an external call it never confirmed.
+    SELECT t.*, CASE WHEN t.unconfirmed_step IS NULL THEN 'retryable'
+                     ELSE 'outcome_unknown' END::error_category AS category
+    FROM timed AS t
 ), decided AS (
-    SELECT job_id, retry_at, unconfirmed_step,
-           CASE
-               WHEN cancel_requested THEN 'cancelled'
-               WHEN unconfirmed_step IS NOT NULL THEN 'outcome_unknown'
-               WHEN attempts >= max_attempts THEN 'failed'
-               WHEN deadline IS NOT NULL AND deadline <= retry_at THEN 'failed'
-               ELSE 'retry_wait'
-           END::job_state AS next_state
-    FROM timed
+    SELECT c.job_id, c.retry_at, c.unconfirmed_step, c.category, d.next_state, d.cause
+    FROM classified AS c
+    CROSS JOIN LATERAL jobs_next_state_after_failure(c.category, c.cancel_requested, c.attempts, c.max_attempts,
+                                                     c.deadline, c.retry_at, 'retry_wait') AS d
 )
 UPDATE jobs AS j
 SET state = d.next_state,
     run_after = CASE WHEN d.next_state = 'retry_wait' THEN d.retry_at ELSE j.run_after END,
     finished_at = CASE WHEN d.next_state IN ('cancelled', 'failed') THEN clock_timestamp() END,
-    last_error_category = CASE WHEN d.next_state = 'outcome_unknown' THEN 'outcome_unknown'
-                               ELSE 'retryable' END::error_category,
-    last_error_message = CASE
-        WHEN d.next_state = 'cancelled' THEN 'cancelled; the lease expired before the worker confirmed'
-        WHEN d.next_state = 'outcome_unknown'
+    last_error_category = d.category,
+    last_error_message = CASE d.cause
+        WHEN 'cancel_requested' THEN 'cancelled; the lease expired before the worker confirmed'
+        WHEN 'outcome_unknown'
             THEN 'lease expired after an unconfirmed external call (step ' || d.unconfirmed_step || ')'
-        WHEN j.attempts >= j.max_attempts THEN 'lease expired on the final attempt'
-        WHEN d.next_state = 'failed' THEN 'deadline'
+        WHEN 'attempts_exhausted' THEN 'lease expired on the final attempt'
+        WHEN 'deadline' THEN 'deadline'
         ELSE 'lease expired' END,
     lease_owner = NULL,
     lease_expires_at = NULL,
@@ -198,23 +207,27 @@ FROM decided AS d
 WHERE j.job_id = d.job_id
 RETURNING j.job_id, j.tenant, j.kind, j.state, j.attempts, j.fencing_token;
 
+-- name: job_lock_past_deadline
+-- Locks up to `limit` waiting jobs whose total deadline passed, skipping rows another sweep holds and the
+-- ones this sweep was refused for lately (`passed_over`).
+SELECT job_id
+FROM jobs
+WHERE deadline IS NOT NULL AND deadline <= clock_timestamp()
+  AND state IN ('pending', 'retry_wait', 'blocked')
+  AND job_id <> ALL (%(passed_over)s::uuid[])
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
 -- name: job_fail_past_deadline
--- Fails waiting jobs whose total deadline passed before another attempt could start.
-WITH overdue AS (
-    SELECT job_id
-    FROM jobs
-    WHERE deadline IS NOT NULL AND deadline <= clock_timestamp()
-      AND state IN ('pending', 'retry_wait', 'blocked')
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE jobs AS j
+-- Fails the named waiting jobs whose total deadline passed before another attempt could start.
+UPDATE jobs
 SET state = 'failed', finished_at = clock_timestamp(),
     last_error_category = 'permanent', last_error_message = 'deadline',
     transition_actor = 'system', transition_reason = 'deadline'
-FROM overdue AS o
-WHERE j.job_id = o.job_id
-RETURNING j.job_id, j.tenant, j.kind, j.state, j.attempts, j.fencing_token;
+WHERE job_id = ANY (%(job_ids)s::uuid[])
+  AND deadline IS NOT NULL AND deadline <= clock_timestamp()
+  AND state IN ('pending', 'retry_wait', 'blocked')
+RETURNING job_id, tenant, kind, state, attempts, fencing_token;
 
 -- name: job_heartbeat_batch
 -- Extends every lease still held (same token, still running); rows not returned are no longer held.
@@ -277,37 +290,28 @@ SELECT f.job_id, f.state, f.tenant, f.attempts, f.fencing_token
 FROM finished AS f;
 
 -- name: job_fail
--- Fenced failure of one attempt: RETRY_WAIT after a backoff, or FAILED / OUTCOME_UNKNOWN / CANCELLED.
--- The decision reads the row as locked by FOR UPDATE: a cancel request committed while this statement
--- waited for the lock is in that version, not in the statement's snapshot of the table.
+-- Fenced failure of one attempt, as jobs_next_state_after_failure decides: RETRY_WAIT after a backoff, or
+-- FAILED / OUTCOME_UNKNOWN / CANCELLED. The decision reads the row as locked by FOR UPDATE: a cancel
+-- request committed while this statement waited for the lock is in that version, not in the statement's
+-- snapshot of the table.
 WITH current AS (
     SELECT job_id, cancel_requested, attempts, max_attempts, deadline,
-           clock_timestamp() + make_interval(secs => random() * least(backoff_cap_seconds,
-               backoff_base_seconds * power(2, greatest(attempts - 1, 0)))) AS retry_at
+           clock_timestamp() + jobs_retry_backoff(attempts, backoff_base_seconds, backoff_cap_seconds) AS retry_at
     FROM jobs
     WHERE job_id = %(job_id)s::uuid AND fencing_token = %(fencing_token)s AND state = 'running'
     FOR UPDATE
 ), decided AS (
-    SELECT c.job_id, c.retry_at,
-           CASE
-               WHEN c.cancel_requested THEN 'cancelled'
-               WHEN %(category)s::error_category = 'outcome_unknown' THEN 'outcome_unknown'
-               WHEN %(category)s::error_category = 'permanent' THEN 'failed'
-               WHEN c.attempts >= c.max_attempts THEN 'failed'
-               WHEN c.deadline IS NOT NULL AND c.deadline <= c.retry_at THEN 'failed'
-               ELSE 'retry_wait'
-           END::job_state AS next_state
+    SELECT c.job_id, c.retry_at, d.next_state, d.cause
     FROM current AS c
+    CROSS JOIN LATERAL jobs_next_state_after_failure(%(category)s::error_category, c.cancel_requested, c.attempts,
+                                                     c.max_attempts, c.deadline, c.retry_at, 'retry_wait') AS d
 )
 UPDATE jobs AS j
 SET state = d.next_state,
     run_after = CASE WHEN d.next_state = 'retry_wait' THEN d.retry_at ELSE j.run_after END,
     finished_at = CASE WHEN d.next_state IN ('failed', 'cancelled') THEN clock_timestamp() END,
     last_error_category = %(category)s::error_category,
-    last_error_message = CASE
-        WHEN d.next_state = 'failed' AND %(category)s::error_category = 'retryable'
-             AND j.attempts < j.max_attempts THEN 'deadline: ' || %(message)s
-        ELSE %(message)s END,
+    last_error_message = CASE WHEN d.cause = 'deadline' THEN 'deadline: ' || %(message)s ELSE %(message)s END,
     lease_owner = NULL,
     lease_expires_at = NULL,
     transition_actor = 'worker:' || %(worker_id)s,
@@ -317,8 +321,9 @@ WHERE j.job_id = d.job_id
 RETURNING j.job_id, j.tenant, j.kind, j.state, j.run_after, j.attempts, j.fencing_token;
 
 -- name: job_release
--- Fenced hand-back of a claimed job; an attempt whose handler never started (and recorded no receipt)
--- is not counted, and one interrupted after an unconfirmed external call needs a decision.
+-- Fenced hand-back of a claimed job, as jobs_next_state_after_failure decides with no backoff; an attempt
+-- whose handler never started (and recorded no receipt) is not counted, and one interrupted after an
+-- unconfirmed external call needs a decision.
 WITH current AS (
     SELECT j.job_id, j.cancel_requested, j.attempts, j.max_attempts,
            %(started)s OR EXISTS (
@@ -330,27 +335,27 @@ WITH current AS (
     WHERE j.job_id = %(job_id)s::uuid AND j.fencing_token = %(fencing_token)s AND j.state = 'running'
     FOR UPDATE
 ), decided AS (
-    SELECT job_id, counted,
-           CASE
-               WHEN cancel_requested THEN 'cancelled'
-               WHEN counted AND unconfirmed THEN 'outcome_unknown'
-               WHEN counted AND attempts >= max_attempts THEN 'failed'
-               ELSE 'pending'
-           END::job_state AS next_state
-    FROM current
+    -- An unconfirmed receipt of this attempt makes it counted. The job waits as PENDING, ready at once; its
+    -- deadline is left to the deadline sweep, as for any waiting job.
+    SELECT c.job_id, c.counted, d.next_state, d.cause
+    FROM current AS c
+    CROSS JOIN LATERAL jobs_next_state_after_failure(
+        CASE WHEN c.unconfirmed THEN 'outcome_unknown' ELSE 'retryable' END::error_category, c.cancel_requested,
+        CASE WHEN c.counted THEN c.attempts ELSE c.attempts - 1 END, c.max_attempts,
+        NULL, clock_timestamp(), 'pending') AS d
 )
 UPDATE jobs AS j
 SET state = c.next_state,
     attempts = CASE WHEN c.counted THEN j.attempts ELSE j.attempts - 1 END,
     run_after = clock_timestamp(),
     finished_at = CASE WHEN c.next_state IN ('cancelled', 'failed') THEN clock_timestamp() END,
-    last_error_category = CASE
-        WHEN c.next_state = 'outcome_unknown' THEN 'outcome_unknown'::error_category
-        WHEN c.next_state = 'failed' THEN 'retryable'::error_category
+    last_error_category = CASE c.cause
+        WHEN 'outcome_unknown' THEN 'outcome_unknown'::error_category
+        WHEN 'attempts_exhausted' THEN 'retryable'::error_category
         ELSE j.last_error_category END,
-    last_error_message = CASE
-        WHEN c.next_state = 'outcome_unknown' THEN 'interrupted after an unconfirmed external call: ' || %(reason)s
-        WHEN c.next_state = 'failed' THEN 'interrupted on the final attempt: ' || %(reason)s
+    last_error_message = CASE c.cause
+        WHEN 'outcome_unknown' THEN 'interrupted after an unconfirmed external call: ' || %(reason)s
+        WHEN 'attempts_exhausted' THEN 'interrupted on the final attempt: ' || %(reason)s
         ELSE j.last_error_message END,
     lease_owner = NULL,
     lease_expires_at = NULL,
