@@ -24,13 +24,15 @@ from api_service.transport_security import ReloadableServerCredentials
 from api_service.usecases.admission import SubmissionAdmission
 from api_service.usecases.job_queries import JobQueries
 from api_service.usecases.job_watch import JobWatch
+from api_service.usecases.kind_catalog import KindCatalog
 from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
 from api_service.worker_servicer import WorkerServicer
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc, worker_pb2, worker_pb2_grpc
 from shared.env_settings import SettingsError, split_host_port
-from shared.handlers.loader import load_registry
+from shared.handlers.builtin import builtin_policies
+from shared.storage import kind_store
 from shared.storage.database import Database, PoolSettings
 from shared.storage.queue_stats import ExporterSession
 
@@ -54,7 +56,11 @@ def _connection_age_options(seconds: float) -> list[tuple[str, int]]:
 
 async def serve(settings: ApiSettings) -> None:
     """Runs until SIGTERM or SIGINT, then drains in-flight calls within the grace period."""
-    registry = load_registry(settings.handler_modules)
+    if settings.ignored_handler_modules:
+        log.warning(
+            "JOBS_HANDLER_MODULES is ignored by the API (%s): the API learns job kinds from the workers",
+            ", ".join(settings.ignored_handler_modules),
+        )
     principals = PrincipalsFile(settings.tokens_file)
     tls = ReloadableServerCredentials(settings.tls) if settings.tls else None
     metrics = ApiMetrics()
@@ -67,6 +73,9 @@ async def serve(settings: ApiSettings) -> None:
         )
     )
     metrics.watch_pool(db.stats)
+    async with db.transaction() as conn:
+        await kind_store.publish_builtin(conn, builtin_policies())
+    kinds = KindCatalog(db, max_staleness_seconds=settings.kind_cache_seconds)
     server = grpc.aio.server(
         interceptors=[ServiceInterceptor(principals.current, metrics.rpc)],
         options=[
@@ -79,7 +88,7 @@ async def serve(settings: ApiSettings) -> None:
     hub = JobChangeHub(settings.database_url)
     jobs_pb2_grpc.add_JobServiceServicer_to_server(
         JobServicer(
-            SubmissionService(db, registry, settings.limits, dedupe_window_seconds=settings.dedupe_window_seconds),
+            SubmissionService(db, kinds, settings.limits, dedupe_window_seconds=settings.dedupe_window_seconds),
             JobQueries(db, ResultCache(settings.result_cache, metrics.result_cache)),
             JobLifecycle(db),
             JobWatch(db, hub, max_streams=settings.max_watch_streams),

@@ -7,6 +7,12 @@ CREATE TYPE public.error_category AS ENUM (
     'outcome_unknown'
 );
 
+CREATE TYPE public.job_executor AS ENUM (
+    'async',
+    'thread',
+    'process'
+);
+
 CREATE TYPE public.job_state AS ENUM (
     'pending',
     'blocked',
@@ -108,6 +114,36 @@ CREATE TABLE public.job_events (
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
 
+CREATE TABLE public.job_kind_publishers (
+    kind text NOT NULL,
+    publisher text NOT NULL,
+    policy_digest bytea NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    last_seen_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+CREATE TABLE public.job_kinds (
+    kind text NOT NULL,
+    max_attempts integer NOT NULL,
+    backoff_base_seconds double precision NOT NULL,
+    backoff_cap_seconds double precision NOT NULL,
+    timeout_seconds double precision,
+    external_side_effects boolean NOT NULL,
+    limit_keys text[] DEFAULT '{}'::text[] NOT NULL,
+    executor public.job_executor NOT NULL,
+    policy_digest bytea NOT NULL,
+    published_by text NOT NULL,
+    publisher_started_at timestamp with time zone NOT NULL,
+    first_published_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    last_published_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    retired_at timestamp with time zone,
+    retired_by text,
+    CONSTRAINT job_kinds_backoff_base_seconds_check CHECK ((backoff_base_seconds >= (0)::double precision)),
+    CONSTRAINT job_kinds_backoff_cap_seconds_check CHECK ((backoff_cap_seconds >= (0)::double precision)),
+    CONSTRAINT job_kinds_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT job_kinds_timeout_seconds_check CHECK ((timeout_seconds > (0)::double precision))
+);
+
 CREATE TABLE public.job_receipts (
     job_id uuid NOT NULL,
     attempt integer NOT NULL,
@@ -187,6 +223,12 @@ CREATE TABLE public.schema_migrations (
 ALTER TABLE ONLY public.job_events
     ADD CONSTRAINT job_events_pkey PRIMARY KEY (job_id, sequence);
 
+ALTER TABLE ONLY public.job_kind_publishers
+    ADD CONSTRAINT job_kind_publishers_pkey PRIMARY KEY (kind, publisher);
+
+ALTER TABLE ONLY public.job_kinds
+    ADD CONSTRAINT job_kinds_pkey PRIMARY KEY (kind);
+
 ALTER TABLE ONLY public.job_receipts
     ADD CONSTRAINT job_receipts_pkey PRIMARY KEY (job_id, attempt, step);
 
@@ -201,6 +243,8 @@ ALTER TABLE ONLY public.resource_heads
 
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+CREATE INDEX job_kind_publishers_seen_idx ON public.job_kind_publishers USING btree (last_seen_at);
 
 CREATE INDEX jobs_blocked_depends_on_idx ON public.jobs USING gin (depends_on) WHERE (state = 'blocked'::public.job_state);
 
@@ -286,6 +330,12 @@ GRANT SELECT,INSERT ON TABLE public.job_events TO jobs_api;
 GRANT INSERT,DELETE ON TABLE public.job_events TO jobs_worker;
 
 GRANT SELECT(job_id) ON TABLE public.job_events TO jobs_worker;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.job_kind_publishers TO jobs_worker;
+GRANT SELECT ON TABLE public.job_kind_publishers TO jobs_api;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.job_kinds TO jobs_worker;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.job_kinds TO jobs_api;
 
 GRANT SELECT ON TABLE public.job_receipts TO jobs_api;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.job_receipts TO jobs_worker;

@@ -18,7 +18,6 @@ from shared.domain.errors import NotFound
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import Completion, JobState, LeaseRef, ListFilter, ReportOutcome
 from shared.domain.submission_rules import SubmissionLimits
-from shared.handlers.loader import load_registry
 from shared.storage import lease_store, queries, receipt_store, retention
 from shared.storage.database import Database, PoolSettings, set_tenant
 from tests import factories
@@ -61,7 +60,7 @@ async def worker_db(database_url: str, service_logins: ServiceLogins) -> AsyncIt
 async def _two_tenants_with_everything(db: Database) -> dict[TenantId, JobId]:
     """Per tenant: a succeeded job with a result, events, a resource head and a receipt (written as the
     owner, which row-level security does not restrict)."""
-    submissions = SubmissionService(db, load_registry(()), SubmissionLimits())
+    submissions = SubmissionService(db, await factories.published_kinds(db), SubmissionLimits())
     made = {}
     for tenant in (ACME, GLOBEX):
         outcome = await submissions.submit(
@@ -144,7 +143,7 @@ async def test_the_tenant_can_be_switched_inside_one_transaction(db, api_db):
 
 
 async def test_the_use_cases_run_as_jobs_api_and_never_cross_the_wall(db, api_db, worker_db):
-    submissions = SubmissionService(api_db, load_registry(()), SubmissionLimits())
+    submissions = SubmissionService(api_db, await factories.published_kinds(api_db), SubmissionLimits())
     queries, lifecycle = JobQueries(api_db), JobLifecycle(api_db)
     mine = (await submissions.submit(ACME, "tenant:acme", factories.new_job(idempotency_key="k"))).job
     theirs = (await submissions.submit(GLOBEX, "tenant:globex", factories.new_job(idempotency_key="k"))).job

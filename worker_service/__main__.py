@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from datetime import UTC, datetime
 
 from prometheus_client import disable_created_metrics, start_http_server
 
@@ -16,6 +17,7 @@ from shared.handlers.loader import load_registry
 from shared.json_logging import configure_logging
 from shared.storage.database import Database, PoolSettings
 from worker_service.api_client import ApiClient, CredentialRejected
+from worker_service.kind_publisher import KindPublisher
 from worker_service.metrics import WorkerMetrics
 from worker_service.settings import WorkerSettings
 from worker_service.worker import Worker
@@ -33,6 +35,16 @@ async def run(settings: WorkerSettings) -> None:
         PoolSettings(settings.database_url, min_size=1, max_size=3, application_name="jobs-worker")
     )
     metrics.watch_pool(db.stats)
+    publisher = KindPublisher(
+        db,
+        registry,
+        settings.worker_id,
+        datetime.now(UTC),
+        metrics,
+        interval_seconds=settings.kind_publish_interval_seconds,
+    )
+    # Before the first claim: the API accepts a kind only once some worker has published it.
+    await publisher.publish()
     api = ApiClient(settings.api_target, settings.worker_token, settings.worker_id, settings.tls)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -46,7 +58,7 @@ async def run(settings: WorkerSettings) -> None:
         ", ".join(sorted(registry.kinds())),
     )
     try:
-        await Worker(settings, registry, db, api, metrics).run(stop)
+        await Worker(settings, registry, db, api, metrics, publisher).run(stop)
     finally:
         await api.close()
         await db.close()

@@ -18,6 +18,8 @@ from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
 from worker_service.background_loops import apply_retention, listen_for_work, rescue_leases
 from worker_service.completion_batcher import CompletionBatcher
+from worker_service.handler_executors import HandlerExecutors, HandlerProcessFailed
+from worker_service.kind_publisher import KindPublisher
 from worker_service.metrics import WorkerMetrics
 from worker_service.receipt_book import DatabaseReceiptBook
 from worker_service.settings import WorkerSettings
@@ -70,8 +72,10 @@ class Worker:
         db: Database,
         api: ApiClient,
         metrics: WorkerMetrics,
+        publisher: KindPublisher,
     ) -> None:
         self._settings = settings
+        self._publisher = publisher
         self._registry = registry
         self._db = db
         self._api = api
@@ -80,6 +84,8 @@ class Worker:
             api, flush_seconds=settings.completion_flush_seconds, batch_max=settings.completion_batch_max
         )
         self._active: dict[str, ActiveJob] = {}
+        # Twice the slots: a plain handler that ignores its stop keeps its thread after its slot is freed.
+        self._executors = HandlerExecutors(threads=2 * settings.concurrency, preload_modules=settings.handler_modules)
         self._wake = asyncio.Event()
         self._heartbeat_now = asyncio.Event()
         # A background duty that died (a refused credential, a bug) stops the replica.
@@ -93,6 +99,7 @@ class Worker:
         background = [
             asyncio.create_task(self._batcher.run(), name="completion-batcher"),
             asyncio.create_task(self._keep_leases(), name="lease-keeper"),
+            asyncio.create_task(self._publisher.keep_published(), name="kind-publisher"),
             asyncio.create_task(
                 rescue_leases(self._db, self._metrics, self._settings.rescue_interval_seconds), name="lease-rescuer"
             ),
@@ -120,6 +127,7 @@ class Worker:
             for task in [*background, stop_waiter]:
                 task.cancel()
             await asyncio.gather(*background, stop_waiter, return_exceptions=True)
+            self._executors.close()
         if self._fatal is not None:
             raise self._fatal
 
@@ -258,10 +266,10 @@ class Worker:
         if spec is None:
             raise PermanentError(f"no handler for kind {context.kind!r} in this replica")
         if spec.timeout_seconds is None:
-            return _as_bytes(await spec.handler(context))
+            return _as_bytes(await self._executors.run(spec, context))
         try:
             async with asyncio.timeout(spec.timeout_seconds) as scope:
-                return _as_bytes(await spec.handler(context))
+                return _as_bytes(await self._executors.run(spec, context))
         except TimeoutError:
             if not scope.expired():
                 raise
@@ -402,7 +410,8 @@ class _AttemptTimedOut(Exception):
 def _unclassified(exc: Exception, context: JobContext) -> JobError:
     """Unclassified failures are retryable, unless an external call of this attempt is unconfirmed:
     then its effect may have happened, and only a person should decide to run it again."""
-    message = f"{type(exc).__name__}: {exc}"
+    type_name = exc.type_name if isinstance(exc, HandlerProcessFailed) else type(exc).__name__
+    message = f"{type_name}: {exc}"
     if context.unconfirmed_steps:
         steps = ", ".join(sorted(context.unconfirmed_steps))
         return JobError(ErrorCategory.OUTCOME_UNKNOWN, f"{message} (after unconfirmed external call: {steps})")

@@ -1,6 +1,7 @@
 """The handler API that job kinds are written against, the built-in kinds and the module loader."""
 
 from shared.handlers.api import (
+    Executor,
     HandlerError,
     HandlerRegistry,
     HandlerSpec,
@@ -8,9 +9,11 @@ from shared.handlers.api import (
     OutcomeUnknownError,
     PermanentError,
     RetryableError,
+    StopSignal,
 )
 
 __all__ = [
+    "Executor",
     "HandlerError",
     "HandlerRegistry",
     "HandlerSpec",
@@ -18,4 +21,5 @@ __all__ = [
     "OutcomeUnknownError",
     "PermanentError",
     "RetryableError",
+    "StopSignal",
 ]
