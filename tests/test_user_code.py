@@ -1,0 +1,143 @@
+"""User code as its owners write it, against the real API and worker processes: kinds that only the
+workers load, plain and CPU-bound handlers beside short jobs, and stops that reach every handler shape."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import psycopg
+import pytest
+
+from jobs.v1 import jobs_pb2
+from tests.process_fixtures import ServiceStack, TenantClient, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+S = jobs_pb2.JobState
+TEST_HANDLERS = {"JOBS_HANDLER_MODULES": "tests.handlers_for_tests"}
+LEASE_SECONDS = 2.0
+SHORT_JOBS = 40
+
+
+def _state(client: TenantClient, job_id: str) -> str:
+    return S.Name(client.get(job_id).state).removeprefix("JOB_STATE_")
+
+
+def _settled(client: TenantClient, job_id: str, timeout: float = 60) -> jobs_pb2.Job:
+    terminal = {"SUCCEEDED", "FAILED", "CANCELLED", "OUTCOME_UNKNOWN", "SUPERSEDED"}
+    wait_until(lambda: _state(client, job_id) in terminal, timeout=timeout, what=f"job {job_id} to settle")
+    return client.get(job_id)
+
+
+def _running(client: TenantClient, job_id: str) -> None:
+    wait_until(lambda: _state(client, job_id) == "RUNNING", timeout=30, what=f"job {job_id} to run")
+
+
+def _published(database_url: str) -> dict[str, tuple[int, str]]:
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("SELECT kind, max_attempts, executor::text FROM job_kinds WHERE retired_at IS NULL")
+        return {kind: (attempts, executor) for kind, attempts, executor in rows}
+
+
+def test_a_kind_only_the_workers_load_is_accepted_with_the_policy_they_published(service_stack: ServiceStack):
+    api = service_stack.start_api()  # no handler modules: the API never imports user code
+    client = service_stack.tenant("acme")
+    with pytest.raises(grpc.RpcError) as unknown:
+        client.submit("plain.echo", b"x")
+    assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "kind" in unknown.value.details()
+
+    service_stack.start_worker("w1", **TEST_HANDLERS)
+    published = _published(service_stack.database_url)
+    assert published["plain.echo"] == (2, "thread") and published["cpu.process"] == (1, "process")
+    job = client.submit("plain.echo", b"hello").job
+    assert job.max_attempts == 2, "the API applies the policy the worker published"
+    assert _settled(client, job.job_id).state == S.JOB_STATE_SUCCEEDED
+    assert client.result(job.job_id).payload == b"hello"
+    assert "JOBS_HANDLER_MODULES" not in api.log_text()
+
+
+def test_the_api_ignores_handler_modules_with_a_warning(service_stack: ServiceStack):
+    api = service_stack.start_api(JOBS_HANDLER_MODULES="tests.handlers_for_tests")
+    assert "JOBS_HANDLER_MODULES is ignored by the API" in api.log_text()
+    with pytest.raises(grpc.RpcError) as unknown:
+        service_stack.tenant("acme").submit("charge")
+    assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_replicas_that_disagree_on_a_policy_are_reported(service_stack: ServiceStack):
+    service_stack.start_api()
+    old = service_stack.start_worker("old", **TEST_HANDLERS, JOBS_KIND_PUBLISH_INTERVAL_SECONDS="0.3")
+    new = service_stack.start_worker(
+        "new", **TEST_HANDLERS, JOBS_KIND_PUBLISH_INTERVAL_SECONDS="0.3", JOBS_TEST_VARIANT_MAX_ATTEMPTS="4"
+    )
+    for replica in (old, new):
+        wait_until(
+            lambda r=replica: r.metric_value("jobs_kind_policy_conflicts", {"kind": "variant"}) == 2,
+            timeout=30,
+            what=f"{replica.name} to report the conflict",
+        )
+    assert "replicas publish 2 different policies for kind variant" in old.log_text()
+    assert old.metric_value("jobs_kind_policy_conflicts", {"kind": "echo"}) == 0
+    # The replica that started last wins, however often the older one refreshes its publication.
+    assert _published(service_stack.database_url)["variant"][0] == 4
+    assert service_stack.tenant("acme").submit("variant").job.max_attempts == 4
+
+
+def test_cpu_bound_handlers_for_twice_the_lease_cost_no_lease_and_no_innocent_job(service_stack: ServiceStack):
+    service_stack.start_api()
+    worker = service_stack.start_worker(
+        "w1", **TEST_HANDLERS, JOBS_LEASE_SECONDS=str(LEASE_SECONDS), JOBS_WORKER_CONCURRENCY="6"
+    )
+    client = service_stack.tenant("acme")
+    seconds = str(2 * LEASE_SECONDS + 1).encode()
+    heavy = [client.submit(kind, seconds).job.job_id for kind in ("cpu.process", "cpu.thread")]
+    for job_id in heavy:
+        _running(client, job_id)
+    short = [client.submit("echo", b"%d" % i).job.job_id for i in range(SHORT_JOBS)]
+    short += [client.submit("plain.echo", b"%d" % i).job.job_id for i in range(SHORT_JOBS)]
+    for job_id in short:
+        job = _settled(client, job_id)
+        assert (job.state, job.attempts) == (S.JOB_STATE_SUCCEEDED, 1), job
+    for job_id in heavy:
+        job = _settled(client, job_id)
+        assert (job.state, job.attempts) == (S.JOB_STATE_SUCCEEDED, 1), job
+        assert client.result(job_id).payload.startswith(b"spun ")
+    assert worker.metric_value("jobs_leases_lost_total") == 0
+
+
+def test_failures_of_plain_and_process_handlers_are_classified(service_stack: ServiceStack):
+    service_stack.start_api()
+    service_stack.start_worker("w1", **TEST_HANDLERS)
+    client = service_stack.tenant("acme")
+    crash = _settled(client, client.submit("plain.crash").job.job_id)
+    assert (crash.state, crash.attempts) == (S.JOB_STATE_FAILED, 2)
+    assert crash.last_error.category == jobs_pb2.ERROR_CATEGORY_RETRYABLE
+    assert "KeyError" in crash.last_error.message
+    child = _settled(client, client.submit("process.crash").job.job_id)
+    assert child.state == S.JOB_STATE_FAILED
+    assert child.last_error.message.startswith("ZeroDivisionError: division by zero in the child")
+    died = _settled(client, client.submit("process.exit").job.job_id)
+    assert died.state == S.JOB_STATE_FAILED and "exited with code 9" in died.last_error.message
+    assert _settled(client, client.submit("plain.echo", b"still serving").job.job_id).state == S.JOB_STATE_SUCCEEDED
+
+
+def test_a_cancel_reaches_a_plain_handler_and_terminates_a_stubborn_process(
+    service_stack: ServiceStack, tmp_path: Path
+):
+    service_stack.start_api()
+    service_stack.start_worker("w1", **TEST_HANDLERS)
+    client = service_stack.tenant("acme")
+    pid_file = tmp_path / "stubborn.pid"
+    jobs = [
+        client.submit("wait.thread").job.job_id,
+        client.submit("stubborn.process", str(pid_file).encode()).job.job_id,
+    ]
+    for job_id in jobs:
+        _running(client, job_id)
+    pid = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), timeout=30, what="the child's pid"))
+    for job_id in jobs:
+        client.stub.CancelJob(jobs_pb2.CancelJobRequest(job_id=job_id, reason="test"), metadata=client.metadata)
+    for job_id in jobs:
+        assert _settled(client, job_id).state == S.JOB_STATE_CANCELLED
+    wait_until(lambda: not Path(f"/proc/{pid}").exists(), timeout=30, what="the stubborn handler to be terminated")
