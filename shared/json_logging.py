@@ -19,6 +19,7 @@ CONTEXT_FIELDS = (
     "reason",
     "actor",
     "count",
+    "traceback",
 )
 
 

@@ -101,6 +101,17 @@ CREATE FUNCTION public.jobs_tenant_visible(row_tenant text) RETURNS boolean
     LANGUAGE sql STABLE
     AS $$ SELECT row_tenant = coalesce(nullif(current_setting('jobs.tenant', true), ''), row_tenant) $$;
 
+CREATE TABLE public.job_attempt_errors (
+    job_id uuid NOT NULL,
+    tenant text NOT NULL,
+    attempt integer NOT NULL,
+    fencing_token bigint NOT NULL,
+    category public.error_category NOT NULL,
+    message text NOT NULL,
+    traceback text DEFAULT ''::text NOT NULL,
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
 CREATE TABLE public.job_events (
     job_id uuid NOT NULL,
     tenant text NOT NULL,
@@ -220,6 +231,9 @@ CREATE TABLE public.schema_migrations (
     applied_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
 
+ALTER TABLE ONLY public.job_attempt_errors
+    ADD CONSTRAINT job_attempt_errors_pkey PRIMARY KEY (job_id, fencing_token);
+
 ALTER TABLE ONLY public.job_events
     ADD CONSTRAINT job_events_pkey PRIMARY KEY (job_id, sequence);
 
@@ -280,8 +294,15 @@ CREATE TRIGGER jobs_record_update AFTER UPDATE ON public.jobs FOR EACH ROW WHEN 
 
 CREATE TRIGGER jobs_settle_dependents AFTER UPDATE OF state ON public.jobs FOR EACH ROW WHEN (((old.state IS DISTINCT FROM new.state) AND (new.state = ANY (ARRAY['succeeded'::public.job_state, 'failed'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])))) EXECUTE FUNCTION public.jobs_settle_dependents();
 
+ALTER TABLE ONLY public.job_attempt_errors
+    ADD CONSTRAINT job_attempt_errors_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
 ALTER TABLE ONLY public.job_receipts
     ADD CONSTRAINT job_receipts_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
+ALTER TABLE public.job_attempt_errors ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY job_attempt_errors_api_tenant ON public.job_attempt_errors TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
 
 ALTER TABLE public.job_events ENABLE ROW LEVEL SECURITY;
 
@@ -325,6 +346,8 @@ CREATE POLICY resource_heads_api_tenant ON public.resource_heads TO jobs_api USI
 
 GRANT USAGE ON SCHEMA public TO jobs_api;
 GRANT USAGE ON SCHEMA public TO jobs_worker;
+
+GRANT SELECT,INSERT ON TABLE public.job_attempt_errors TO jobs_api;
 
 GRANT SELECT,INSERT ON TABLE public.job_events TO jobs_api;
 GRANT INSERT,DELETE ON TABLE public.job_events TO jobs_worker;

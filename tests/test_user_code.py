@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from jobs.v1 import jobs_pb2
+from tests.jobsctl_process import jobsctl
 from tests.process_fixtures import ServiceStack, TenantClient, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -141,3 +142,37 @@ def test_a_cancel_reaches_a_plain_handler_and_terminates_a_stubborn_process(
     for job_id in jobs:
         assert _settled(client, job_id).state == S.JOB_STATE_CANCELLED
     wait_until(lambda: not Path(f"/proc/{pid}").exists(), timeout=30, what="the stubborn handler to be terminated")
+
+
+def test_every_failed_attempt_keeps_its_error_and_traceback(service_stack: ServiceStack):
+    service_stack.start_api()
+    worker = service_stack.start_worker("w1", **TEST_HANDLERS)
+    client = service_stack.tenant("acme")
+    job_id = client.submit("plain.crash").job.job_id
+    assert _settled(client, job_id).state == S.JOB_STATE_FAILED
+    events = client.stub.ListJobEvents(jobs_pb2.ListJobEventsRequest(job_id=job_id), metadata=client.metadata).events
+    failed = [e for e in events if e.HasField("error")]
+    assert [(e.attempt, e.to_state) for e in failed] == [(1, S.JOB_STATE_RETRY_WAIT), (2, S.JOB_STATE_FAILED)]
+    for event in failed:
+        assert event.error.message == f"KeyError: 'missing field on attempt {event.attempt}'"
+        assert 'handlers_for_tests.py", line' in event.error.traceback and "in plain_crash" in event.error.traceback
+        assert "worker_service" not in event.error.traceback, "the handler's frames, not the worker's"
+    assert "in plain_crash" in worker.log_text(), "the log carries the traceback too"
+
+    shown = jobsctl(service_stack.api_target, "events", job_id)
+    assert shown.code == 0, shown.stderr
+    for attempt in (1, 2):
+        assert f"attempt {attempt} (seq" in shown.text and f"missing field on attempt {attempt}" in shown.text
+    assert shown.text.count("in plain_crash") == 2
+    print(shown.text)
+
+    child = _settled(client, client.submit("process.crash").job.job_id)
+    (child_error,) = [
+        e.error
+        for e in client.stub.ListJobEvents(
+            jobs_pb2.ListJobEventsRequest(job_id=child.job_id), metadata=client.metadata
+        ).events
+        if e.HasField("error")
+    ]
+    assert "in process_crash" in child_error.traceback, "a child process's traceback comes back too"
+    assert "worker_service" not in child_error.traceback

@@ -170,6 +170,10 @@ def _child_main(sender: Any, handler: Any, child_context: _ChildContext, stop: P
     except HandlerError as exc:
         sender.send(("classified", exc.category.value, str(exc) or type(exc).__name__))
     except BaseException as exc:  # noqa: BLE001 - everything the handler raised goes back to the worker
-        sender.send(("crashed", type(exc).__name__, str(exc), traceback.format_exc()))
+        # From the handler's frame on: this function's own frame says nothing about the failure.
+        trace = "".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
+        )
+        sender.send(("crashed", type(exc).__name__, str(exc), trace))
     finally:
         sender.close()

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import enum
 import logging
+import os
 import random
 import time
+import traceback
 from dataclasses import dataclass, field
 
 from shared.domain.errors import JobsError, LeaseLost
@@ -26,6 +29,14 @@ from worker_service.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 RELEASE_DEADLINE_SECONDS = 5.0
+# Frames of an unclassified exception's traceback kept with the attempt's error.
+TRACEBACK_FRAMES_MAX = 20
+# Frames above a handler's own: this package's and the executors' of the standard library.
+_MACHINERY_PATHS = (
+    os.path.dirname(__file__) + os.sep,
+    os.path.dirname(asyncio.__file__) + os.sep,
+    os.path.dirname(concurrent.futures.__file__) + os.sep,
+)
 _FAIL_OUTCOME_LABELS = {
     JobState.RETRY_WAIT: "retried",
     JobState.FAILED: "failed",
@@ -312,7 +323,11 @@ class Worker:
             "attempt failed (%s): %s",
             error.category.value,
             error.message[:200],
-            extra={**active.log_fields, "state": outcome.value},
+            extra={
+                **active.log_fields,
+                "state": outcome.value,
+                **({"traceback": error.traceback} if error.traceback else {}),
+            },
         )
 
     async def _after_stop(self, active: ActiveJob) -> None:
@@ -410,12 +425,25 @@ class _AttemptTimedOut(Exception):
 def _unclassified(exc: Exception, context: JobContext) -> JobError:
     """Unclassified failures are retryable, unless an external call of this attempt is unconfirmed:
     then its effect may have happened, and only a person should decide to run it again."""
-    type_name = exc.type_name if isinstance(exc, HandlerProcessFailed) else type(exc).__name__
+    if isinstance(exc, HandlerProcessFailed):
+        type_name, trace = exc.type_name, exc.traceback_text
+    else:
+        type_name, trace = type(exc).__name__, _bounded_traceback(exc)
     message = f"{type_name}: {exc}"
     if context.unconfirmed_steps:
         steps = ", ".join(sorted(context.unconfirmed_steps))
-        return JobError(ErrorCategory.OUTCOME_UNKNOWN, f"{message} (after unconfirmed external call: {steps})")
-    return JobError(ErrorCategory.RETRYABLE, message)
+        message = f"{message} (after unconfirmed external call: {steps})"
+        return JobError(ErrorCategory.OUTCOME_UNKNOWN, message, trace)
+    return JobError(ErrorCategory.RETRYABLE, message, trace)
+
+
+def _bounded_traceback(exc: BaseException) -> str:
+    """The innermost frames of the handler's exception: where it failed, not the worker's machinery."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    while frames and frames[0].filename.startswith(_MACHINERY_PATHS):
+        frames.pop(0)
+    frames = frames[-TRACEBACK_FRAMES_MAX:]
+    return "".join([*traceback.StackSummary.from_list(frames).format(), *traceback.format_exception_only(exc)])
 
 
 def _as_bytes(value: object) -> bytes:

@@ -40,6 +40,7 @@ RESOURCE_HEAD_GET = _results.pop("resource_head_get")
 RESULT_FOR_RESOURCE_VERSION = _results.pop("result_for_resource_version")
 
 EVENT_LIST = _events.pop("event_list")
+ATTEMPT_ERROR_RECORD = _events.pop("attempt_error_record")
 
 RECEIPT_RECORD_INTENT = _receipts.pop("receipt_record_intent")
 RECEIPT_CONFIRM = _receipts.pop("receipt_confirm")
