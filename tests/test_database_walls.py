@@ -11,6 +11,7 @@ import psycopg.errors
 import pytest
 
 from api_service.usecases.job_queries import JobQueries
+from api_service.usecases.kind_catalog import KindCatalog
 from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
@@ -143,7 +144,8 @@ async def test_the_tenant_can_be_switched_inside_one_transaction(db, api_db):
 
 
 async def test_the_use_cases_run_as_jobs_api_and_never_cross_the_wall(db, api_db, worker_db):
-    submissions = SubmissionService(api_db, await factories.published_kinds(api_db), SubmissionLimits())
+    await factories.published_kinds(db)  # as a worker would have
+    submissions = SubmissionService(api_db, KindCatalog(api_db), SubmissionLimits())
     queries, lifecycle = JobQueries(api_db), JobLifecycle(api_db)
     mine = (await submissions.submit(ACME, "tenant:acme", factories.new_job(idempotency_key="k"))).job
     theirs = (await submissions.submit(GLOBEX, "tenant:globex", factories.new_job(idempotency_key="k"))).job
