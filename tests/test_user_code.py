@@ -176,3 +176,20 @@ def test_every_failed_attempt_keeps_its_error_and_traceback(service_stack: Servi
     ]
     assert "in process_crash" in child_error.traceback, "a child process's traceback comes back too"
     assert "worker_service" not in child_error.traceback
+
+
+def test_declared_kinds_with_typed_payloads_run_and_refuse_a_bad_payload_permanently(service_stack: ServiceStack):
+    service_stack.start_api()
+    service_stack.start_worker("w1", JOBS_HANDLER_MODULES="tests.handlers_declared")
+    client = service_stack.tenant("acme")
+    ok = client.submit("greet", b'{"name": "ada", "times": 2}').job.job_id
+    in_child = client.submit("greet.process", b'{"name": "grace"}').job.job_id
+    bad = client.submit("greet", b'{"name": "ada", "times": "twice"}').job.job_id
+    assert _settled(client, ok).state == S.JOB_STATE_SUCCEEDED
+    assert client.result(ok).payload == b"hello ada hello ada"
+    assert _settled(client, in_child).state == S.JOB_STATE_SUCCEEDED
+    assert client.result(in_child).payload == b"grace from a child process"
+    refused = _settled(client, bad)
+    assert (refused.state, refused.attempts) == (S.JOB_STATE_FAILED, 1)
+    assert refused.last_error.category == jobs_pb2.ERROR_CATEGORY_PERMANENT
+    assert refused.last_error.message == "payload.times: must be int, not str"

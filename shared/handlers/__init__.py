@@ -11,8 +11,11 @@ from shared.handlers.api import (
     RetryableError,
     StopSignal,
 )
+from shared.handlers.declaration import JobKinds, decode_payload
 
 __all__ = [
+    "JobKinds",
+    "decode_payload",
     "Executor",
     "HandlerError",
     "HandlerRegistry",

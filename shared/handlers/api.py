@@ -217,7 +217,8 @@ class HandlerRegistry:
 
 
 def _executor_for(kind: str, handler: Handler, asked: Executor | str | None) -> Executor:
-    is_coroutine = inspect.iscoroutinefunction(handler)
+    # A callable object (a typed payload's wrapper) is a coroutine handler when its __call__ is one.
+    is_coroutine = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)
     if asked is None:
         return Executor.ASYNC if is_coroutine else Executor.THREAD
     chosen = Executor(asked)
@@ -225,6 +226,7 @@ def _executor_for(kind: str, handler: Handler, asked: Executor | str | None) -> 
         raise ValueError(f"job kind {kind!r}: executor {chosen.value!r} needs a plain def handler, not async def")
     if not is_coroutine and chosen is Executor.ASYNC:
         raise ValueError(f"job kind {kind!r}: executor 'async' needs an async def handler")
-    if chosen is Executor.PROCESS and ("<locals>" in handler.__qualname__ or handler.__name__ == "<lambda>"):
+    name = getattr(inspect.unwrap(handler), "__qualname__", "")
+    if chosen is Executor.PROCESS and ("<locals>" in name or "<lambda>" in name):
         raise ValueError(f"job kind {kind!r}: a process handler must be a module-level function (it is pickled)")
     return chosen
