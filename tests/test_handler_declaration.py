@@ -12,6 +12,7 @@ import pytest
 from shared.domain.kinds import Executor
 from shared.handlers import HandlerRegistry, JobContext, JobKinds, PermanentError, decode_payload
 from shared.handlers.loader import load_registry
+from shared.handlers.testing import run_handler
 from tests import handlers_declared
 
 
@@ -109,3 +110,22 @@ def test_declared_kinds_keep_the_module_importable_for_process_children():
     assert handlers_declared.greet_in_a_process(_context(b""), handlers_declared.Greeting("x")) == (
         b"x from a child process"
     )
+
+
+def test_run_handler_runs_any_shape_against_an_in_memory_context():
+    registry = load_registry(["tests.handlers_declared", "tests.handlers_for_tests"])
+    assert run_handler(registry, b'{"name": "ada"}', kind="greet") == b"hello ada"
+    assert run_handler(registry, b"x", kind="plain.echo") == b"x"
+    with pytest.raises(PermanentError, match="payload.name: is required"):
+        run_handler(registry, b"{}", kind="greet")
+    with pytest.raises(KeyError, match="missing field on attempt 2"):
+        run_handler(registry, kind="plain.crash", attempt=2)
+
+
+def test_the_in_memory_context_keeps_receipts_like_the_real_one():
+    async def pay(ctx: JobContext) -> bytes:
+        await ctx.record_intent("charge", b"ch_1")
+        await ctx.confirm("charge", b"ok")
+        return b"%d" % len(await ctx.earlier_receipts())
+
+    assert run_handler(pay) == b"1"
