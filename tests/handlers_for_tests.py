@@ -21,6 +21,7 @@ def register(registry: HandlerRegistry) -> None:
     registry.register("crash.once", backoff_base_seconds=0.1)(crash_once)
     registry.register("quick.flaky", max_attempts=3, backoff_base_seconds=0.1)(quick_flaky)
     registry.register("plain.echo", max_attempts=2)(plain_echo)
+    registry.register("charge.slow", max_attempts=3, external_side_effects=True)(charge_slowly)
     registry.register("plain.crash", max_attempts=2, backoff_base_seconds=0.1)(plain_crash)
     registry.register("cpu.thread", max_attempts=1)(busy_for)
     registry.register("cpu.process", max_attempts=1, executor="process")(busy_for)
@@ -114,3 +115,11 @@ def ignore_stop(ctx: JobContext) -> bytes:
         pid_file.write(str(os.getpid()))
     while True:
         time.sleep(0.05)
+
+
+async def charge_slowly(ctx: JobContext) -> bytes:
+    """Records its intent, then waits for the provider's answer far longer than a shutdown's grace."""
+    await ctx.record_intent("charge", b"ch_slow")
+    await asyncio.sleep(60)
+    await ctx.confirm("charge", b"done")
+    return b"charged"

@@ -193,3 +193,25 @@ def test_declared_kinds_with_typed_payloads_run_and_refuse_a_bad_payload_permane
     assert (refused.state, refused.attempts) == (S.JOB_STATE_FAILED, 1)
     assert refused.last_error.category == jobs_pb2.ERROR_CATEGORY_PERMANENT
     assert refused.last_error.message == "payload.times: must be int, not str"
+
+
+def test_a_job_handed_back_at_shutdown_keeps_its_attempts_unless_a_call_is_unconfirmed(service_stack: ServiceStack):
+    service_stack.start_api()
+    client = service_stack.tenant("acme")
+    quick_stop = {**TEST_HANDLERS, "JOBS_SHUTDOWN_GRACE_SECONDS": "0.2"}
+    service_stack.start_worker("w0", **TEST_HANDLERS).stop()  # publishes the test kinds
+    slow = client.submit("sleep", b'{"seconds": 60}').job.job_id
+    charge = client.submit("charge.slow").job.job_id
+    for restart in range(2):
+        worker = service_stack.start_worker(f"w{restart + 1}", **quick_stop)
+        _running(client, slow)
+        if restart == 0:
+            _running(client, charge)
+        assert worker.stop() == 0
+        job = client.get(slow)
+        assert (job.state, job.attempts) == (S.JOB_STATE_PENDING, 0), f"restart {restart + 1}: {job}"
+    unknown = client.get(charge)
+    assert (unknown.state, unknown.attempts) == (S.JOB_STATE_OUTCOME_UNKNOWN, 1)
+    assert "unconfirmed external call" in unknown.last_error.message
+    events = client.stub.ListJobEvents(jobs_pb2.ListJobEventsRequest(job_id=slow), metadata=client.metadata).events
+    assert [e.reason for e in events if e.to_state == S.JOB_STATE_PENDING][1:] == ["released: worker shutting down"] * 2

@@ -337,9 +337,12 @@ class Worker:
             return
         if reason is StopReason.SHUTDOWN:
             try:
+                # An interruption by this replica's shutdown is not the job's failure: the attempt is not
+                # counted. A receipt of the attempt still counts it, and an unconfirmed external call
+                # sends the job to OUTCOME_UNKNOWN (the release statement decides from the receipts).
                 state = await self._api.release(
                     active.lease,
-                    started=True,
+                    started=False,
                     reason="worker shutting down",
                     deadline=time.monotonic() + RELEASE_DEADLINE_SECONDS,
                 )
