@@ -87,10 +87,8 @@ def test_every_variable_is_read_by_the_settings_and_loads(services: dict) -> Non
     assert set(services["migrate"]["environment"]) == {"DATABASE_URL"}
 
 
-def test_api_and_workers_load_the_same_job_kinds(services: dict) -> None:
-    api = ApiSettings.from_env(_api_env(services))
-    for name in WORKERS:
-        assert WorkerSettings.from_env(services[name]["environment"]).handler_modules == api.handler_modules
+def test_only_workers_load_handler_modules(services: dict) -> None:
+    assert ApiSettings.from_env(_api_env(services)).ignored_handler_modules == ()
 
 
 def test_database_urls_point_at_the_postgres_service_with_its_credentials(services: dict) -> None:

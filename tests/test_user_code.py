@@ -215,3 +215,36 @@ def test_a_job_handed_back_at_shutdown_keeps_its_attempts_unless_a_call_is_uncon
     assert "unconfirmed external call" in unknown.last_error.message
     events = client.stub.ListJobEvents(jobs_pb2.ListJobEventsRequest(job_id=slow), metadata=client.metadata).events
     assert [e.reason for e in events if e.to_state == S.JOB_STATE_PENDING][1:] == ["released: worker shutting down"] * 2
+
+
+def _probe(worker, path: str) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{worker.metrics_port}{path}", timeout=5) as response:
+            return response.status, response.read().decode().strip()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode().strip()
+
+
+def test_worker_probes_tell_a_blocked_loop_and_a_lost_api(service_stack: ServiceStack):
+    api = service_stack.start_api()
+    worker = service_stack.start_worker("w1", **TEST_HANDLERS, JOBS_LIVENESS_STALL_SECONDS="1")
+    wait_until(lambda: _probe(worker, "/readyz") == (200, "ok"), timeout=30, what="the worker to be ready")
+    assert _probe(worker, "/livez") == (200, "ok")
+
+    client = service_stack.tenant("acme")
+    client.submit("poison.hang")  # blocks the worker's event loop for seconds
+    status, why = wait_until(
+        lambda: (p := _probe(worker, "/livez"))[0] == 503 and p, timeout=30, what="liveness to fail"
+    )
+    assert why.startswith("event loop blocked for")
+    wait_until(lambda: _probe(worker, "/livez") == (200, "ok"), timeout=30, what="liveness to recover")
+
+    api.stop()
+    wait_until(lambda: _probe(worker, "/readyz") == (503, "API unreachable"), timeout=30, what="readiness to fail")
+    assert _probe(worker, "/livez") == (200, "ok"), "a lost API is not a dead worker"
+    service_stack.start_api("api-again")
+    wait_until(lambda: _probe(worker, "/readyz") == (200, "ok"), timeout=30, what="readiness to recover")
+    assert "jobs_claimed_total" in worker.metrics_text(), "metrics are still served on the same listener"

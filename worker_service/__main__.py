@@ -9,7 +9,7 @@ import signal
 import sys
 from datetime import UTC, datetime
 
-from prometheus_client import disable_created_metrics, start_http_server
+from prometheus_client import disable_created_metrics
 
 from shared.domain.errors import JobsError
 from shared.env_settings import SettingsError, split_host_port
@@ -17,6 +17,7 @@ from shared.handlers.loader import load_registry
 from shared.json_logging import configure_logging
 from shared.storage.database import Database, PoolSettings
 from worker_service.api_client import ApiClient, CredentialRejected
+from worker_service.health_server import WorkerHealth, start_health_server
 from worker_service.kind_publisher import KindPublisher
 from worker_service.metrics import WorkerMetrics
 from worker_service.settings import WorkerSettings
@@ -28,9 +29,10 @@ log = logging.getLogger("worker_service")
 async def run(settings: WorkerSettings) -> None:
     registry = load_registry(settings.handler_modules)
     metrics = WorkerMetrics(settings.metrics_tenant_limit)
+    health = WorkerHealth(stall_seconds=settings.liveness_stall_seconds)
     if settings.metrics_listen:
         host, port = split_host_port(settings.metrics_listen)
-        start_http_server(port, addr=host, registry=metrics.registry)
+        start_health_server(host, port, metrics.registry, health)
     db = await Database.open(
         PoolSettings(settings.database_url, min_size=1, max_size=3, application_name="jobs-worker")
     )
@@ -58,7 +60,7 @@ async def run(settings: WorkerSettings) -> None:
         ", ".join(sorted(registry.kinds())),
     )
     try:
-        await Worker(settings, registry, db, api, metrics, publisher).run(stop)
+        await Worker(settings, registry, db, api, metrics, publisher, health).run(stop)
     finally:
         await api.close()
         await db.close()

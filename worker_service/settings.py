@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from shared.env_settings import env_float, env_int, env_list, env_optional, env_str
 from shared.metric_labels import TENANT_LIMIT_DEFAULT
+from worker_service.health_server import LIVENESS_STALL_SECONDS_DEFAULT
 from worker_service.kind_publisher import PUBLISH_INTERVAL_SECONDS_DEFAULT
 from worker_service.transport_security import ClientTlsFiles
 
@@ -42,6 +43,8 @@ class WorkerSettings:
     claim_batch_max: int
     metrics_tenant_limit: int
     log_level: str
+    # /livez fails once the event loop has not run for this long.
+    liveness_stall_seconds: float
     # How often this replica republishes its kinds (the API and the conflict check count it as live).
     kind_publish_interval_seconds: float
     # None: plaintext to the API.
@@ -76,6 +79,9 @@ class WorkerSettings:
             retention_interval_seconds=env_float(env, "JOBS_RETENTION_INTERVAL_SECONDS", 60.0, minimum=1.0),
             metrics_tenant_limit=env_int(env, "JOBS_METRICS_TENANT_LIMIT", TENANT_LIMIT_DEFAULT, minimum=1),
             log_level=env_str(env, "JOBS_LOG_LEVEL", "INFO").upper(),
+            liveness_stall_seconds=env_float(
+                env, "JOBS_LIVENESS_STALL_SECONDS", LIVENESS_STALL_SECONDS_DEFAULT, minimum=1.0
+            ),
             kind_publish_interval_seconds=env_float(
                 env, "JOBS_KIND_PUBLISH_INTERVAL_SECONDS", PUBLISH_INTERVAL_SECONDS_DEFAULT, minimum=0.1
             ),

@@ -22,6 +22,7 @@ from worker_service.api_client import ApiClient, ApiUnreachable
 from worker_service.background_loops import apply_retention, listen_for_work, rescue_leases
 from worker_service.completion_batcher import CompletionBatcher
 from worker_service.handler_executors import HandlerExecutors, HandlerProcessFailed
+from worker_service.health_server import WorkerHealth
 from worker_service.kind_publisher import KindPublisher
 from worker_service.metrics import WorkerMetrics
 from worker_service.receipt_book import DatabaseReceiptBook
@@ -84,9 +85,12 @@ class Worker:
         api: ApiClient,
         metrics: WorkerMetrics,
         publisher: KindPublisher,
+        health: WorkerHealth,
     ) -> None:
         self._settings = settings
         self._publisher = publisher
+        self._health = health
+        self._draining = False
         self._registry = registry
         self._db = db
         self._api = api
@@ -112,6 +116,9 @@ class Worker:
             asyncio.create_task(self._keep_leases(), name="lease-keeper"),
             asyncio.create_task(self._publisher.keep_published(), name="kind-publisher"),
             asyncio.create_task(
+                self._health.watch(self._db.ping, self._api.reachable.is_set, lambda: self._draining), name="health"
+            ),
+            asyncio.create_task(
                 rescue_leases(self._db, self._metrics, self._settings.rescue_interval_seconds), name="lease-rescuer"
             ),
             asyncio.create_task(
@@ -133,6 +140,7 @@ class Worker:
         stop_waiter.add_done_callback(lambda _: self.wake())
         try:
             await self._claim_until(stop)
+            self._draining = True
             await self._drain()
         finally:
             for task in [*background, stop_waiter]:
