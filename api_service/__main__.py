@@ -1,9 +1,11 @@
-"""`python -m api_service` serves; `python -m api_service migrate` applies the schema migrations."""
+"""`python -m api_service` serves; `python -m api_service migrate` applies the schema migrations;
+`python -m api_service retire-kind KIND` retires a job kind that no worker runs any more."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import logging
 import os
 import sys
@@ -16,6 +18,8 @@ from api_service.settings import ApiSettings
 from shared.domain.errors import JobsError
 from shared.env_settings import LOG_LEVEL_DEFAULT, SettingsError, env_log_level
 from shared.json_logging import configure_logging
+from shared.storage import kind_store
+from shared.storage.database import Database, PoolSettings
 from shared.storage.database_settings import DatabaseSettings
 from shared.storage.migrator import migrate
 
@@ -24,8 +28,11 @@ log = logging.getLogger("api_service")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m api_service", description=__doc__)
-    parser.add_argument("command", nargs="?", choices=["serve", "migrate"], default="serve")
+    parser.add_argument("command", nargs="?", choices=["serve", "migrate", "retire-kind"], default="serve")
+    parser.add_argument("kind", nargs="?", help="with retire-kind: the job kind to retire")
     args = parser.parse_args(argv)
+    if args.command == "retire-kind" and not args.kind:
+        parser.error("retire-kind needs the KIND to retire")
     # Until the settings are read, so that an error in them is logged too.
     configure_logging(LOG_LEVEL_DEFAULT, "api_service")
     disable_created_metrics()
@@ -36,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
             applied = migrate(_migration_url(os.environ))
             log.info("migrations applied: %s", [f"{m.version:04d}_{m.name}" for m in applied] or "none needed")
             return 0
+        if args.command == "retire-kind":
+            configure_logging(env_log_level(os.environ), "api_service")
+            return asyncio.run(_retire_kind(DatabaseSettings.from_env(os.environ), args.kind))
         settings = ApiSettings.from_env(os.environ)
         configure_logging(settings.log_level, "api_service")
         asyncio.run(serve(settings))
@@ -55,6 +65,24 @@ def _migration_url(env: Mapping[str, str]) -> str:
     if database.session_url is None:
         raise SettingsError("JOBS_DB_POOLING=transaction: migrate needs DATABASE_DIRECT_URL")
     return database.session_url
+
+
+async def _retire_kind(database: DatabaseSettings, kind: str) -> int:
+    db = await Database.open(
+        PoolSettings(
+            database.url, max_size=1, application_name="jobs-admin", prepare_threshold=database.prepare_threshold
+        )
+    )
+    try:
+        async with db.transaction() as conn:
+            retired = await kind_store.retire(conn, kind, actor=f"operator:{getpass.getuser()}")
+    finally:
+        await db.close()
+    if not retired:
+        log.error("no known job kind %r (unknown, or retired already)", kind)
+        return 1
+    log.info("job kind %s retired: submissions of it are refused until a worker publishes it again", kind)
+    return 0
 
 
 if __name__ == "__main__":

@@ -122,9 +122,7 @@ def job_to_proto(job: Job) -> jobs_pb2.Job:
         fencing_token=job.fencing_token,
     )
     if job.last_error:
-        message.last_error.CopyFrom(
-            jobs_pb2.JobError(category=_CATEGORY_TO_PROTO[job.last_error.category], message=job.last_error.message)
-        )
+        message.last_error.CopyFrom(job_error_to_proto(job.last_error))
     return message
 
 
@@ -185,6 +183,13 @@ def event_to_proto(event: JobEvent) -> jobs_pb2.JobEvent:
         actor=event.actor,
         reason=event.reason,
         at=_timestamp(event.at),
+        error=job_error_to_proto(event.error) if event.error else None,
+    )
+
+
+def job_error_to_proto(error: JobError) -> jobs_pb2.JobError:
+    return jobs_pb2.JobError(
+        category=_CATEGORY_TO_PROTO[error.category], message=error.message, traceback=error.traceback
     )
 
 
@@ -232,7 +237,7 @@ def job_error_from_proto(error: jobs_pb2.JobError) -> JobError:
     category = _CATEGORY_FROM_PROTO.get(error.category)
     if category is None:
         raise InvalidArgument(FieldViolation("error.category", "must be retryable, permanent or outcome unknown"))
-    return JobError(category, error.message)
+    return JobError(category, error.message, error.traceback)
 
 
 def outcome_to_proto(outcome: ReportOutcome) -> worker_pb2.ReportOutcome:

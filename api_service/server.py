@@ -25,13 +25,16 @@ from api_service.transport_security import ReloadableServerCredentials
 from api_service.usecases.admission import SubmissionAdmission
 from api_service.usecases.job_queries import JobQueries
 from api_service.usecases.job_watch import RECHECK_SECONDS_DEFAULT, JobWatch
+from api_service.usecases.kind_catalog import KindCatalog
 from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
 from api_service.worker_servicer import WorkerServicer
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc, worker_pb2, worker_pb2_grpc
+from shared.domain.errors import JobsError
 from shared.env_settings import SettingsError, split_host_port
-from shared.handlers.loader import load_registry
+from shared.handlers.builtin import builtin_policies
+from shared.storage import kind_store
 from shared.storage.database import Database, PoolSettings
 from shared.storage.queue_stats import ExporterSession
 
@@ -45,6 +48,23 @@ WATCH_POLL_SECONDS = 1.0
 # A WatchJob stream open when its connection ages out is closed after this grace; clients resume it
 # from the last sequence they saw.
 CONNECTION_AGE_GRACE_SECONDS = 60
+BUILTIN_PUBLISH_RETRY_SECONDS_MIN = 0.5
+BUILTIN_PUBLISH_RETRY_SECONDS_MAX = 10.0
+
+
+async def _publish_builtin_kinds(db: Database) -> None:
+    """Makes the built-in kinds known (a worker's publication of them stands). Retried until the
+    database answers: the API serves health, and refuses what needs the database, until then."""
+    delay = BUILTIN_PUBLISH_RETRY_SECONDS_MIN
+    while True:
+        try:
+            async with db.transaction() as conn:
+                await kind_store.publish_builtin(conn, builtin_policies())
+            return
+        except JobsError as exc:
+            log.warning("could not publish the built-in job kinds yet: %s", exc.message)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, BUILTIN_PUBLISH_RETRY_SECONDS_MAX)
 
 
 def _connection_age_options(seconds: float) -> list[tuple[str, int]]:
@@ -58,7 +78,11 @@ def _connection_age_options(seconds: float) -> list[tuple[str, int]]:
 
 async def serve(settings: ApiSettings) -> None:
     """Runs until SIGTERM or SIGINT, then drains in-flight calls within the grace period."""
-    registry = load_registry(settings.handler_modules)
+    if settings.ignored_handler_modules:
+        log.warning(
+            "JOBS_HANDLER_MODULES is ignored by the API (%s): the API learns job kinds from the workers",
+            ", ".join(settings.ignored_handler_modules),
+        )
     principals = PrincipalsFile(settings.tokens_file)
     tls = ReloadableServerCredentials(settings.tls) if settings.tls else None
     metrics = ApiMetrics(settings.metrics_tenant_limit)
@@ -72,6 +96,7 @@ async def serve(settings: ApiSettings) -> None:
         )
     )
     metrics.watch_pool(db.stats)
+    kinds = KindCatalog(db, max_staleness_seconds=settings.kind_cache_seconds)
     server = grpc.aio.server(
         interceptors=[ServiceInterceptor(principals.current, metrics.rpc)],
         options=[
@@ -88,7 +113,7 @@ async def serve(settings: ApiSettings) -> None:
         JobServicer(
             SubmissionService(
                 db,
-                registry,
+                kinds,
                 settings.limits,
                 dedupe_window_seconds=settings.dedupe_window_seconds,
                 metrics=metrics.submissions,
@@ -130,6 +155,7 @@ async def serve(settings: ApiSettings) -> None:
         await probes.start()
     _reload_on_sighup(principals, tls)
     background += [
+        asyncio.create_task(_publish_builtin_kinds(db)),
         asyncio.create_task(HealthMonitor(health_servicer, db, settings.health_interval_seconds).run()),
         asyncio.create_task(hub.run()),
     ]

@@ -11,6 +11,7 @@ from api_service.result_cache import ResultCacheLimits
 from api_service.transport_security import ServerTlsFiles
 from api_service.usecases.admission import TenantLimits
 from api_service.usecases.job_watch import STREAMS_MAX_DEFAULT
+from api_service.usecases.kind_catalog import MAX_STALENESS_SECONDS_DEFAULT as KIND_CACHE_SECONDS_DEFAULT
 from shared.domain.submission_rules import (
     DEDUPE_WINDOW_SECONDS_DEFAULT,
     PAYLOAD_LIMIT_BYTES_DEFAULT,
@@ -45,7 +46,8 @@ class ApiSettings:
     metrics_failed_window_seconds: float
     metrics_tenant_limit: int
     tokens_file: Path
-    handler_modules: tuple[str, ...]
+    # Workers load handler modules; the API never imports user code and only warns when this is set.
+    ignored_handler_modules: tuple[str, ...]
     limits: SubmissionLimits
     db_pool_max: int
     db_acquire_timeout_seconds: float
@@ -56,6 +58,8 @@ class ApiSettings:
     result_cache: ResultCacheLimits
     # How long a SUCCEEDED job still takes in identical submissions that ask for de-duplication.
     dedupe_window_seconds: float
+    # How stale the API's copy of the published job kinds may be.
+    kind_cache_seconds: float
     # TLS on the gRPC port (None: plaintext), and a plaintext port that serves only grpc.health.v1, for
     # probes that cannot speak TLS.
     tls: ServerTlsFiles | None
@@ -96,7 +100,7 @@ class ApiSettings:
             ),
             metrics_tenant_limit=env_int(env, "JOBS_METRICS_TENANT_LIMIT", TENANT_LIMIT_DEFAULT, minimum=1),
             tokens_file=tokens_file,
-            handler_modules=env_list(env, "JOBS_HANDLER_MODULES"),
+            ignored_handler_modules=env_list(env, "JOBS_HANDLER_MODULES"),
             limits=SubmissionLimits(
                 max_payload_bytes=env_int(env, "JOBS_MAX_PAYLOAD_BYTES", PAYLOAD_LIMIT_BYTES_DEFAULT, minimum=1),
             ),
@@ -111,6 +115,7 @@ class ApiSettings:
             ),
             log_level=env_log_level(env),
             result_cache=_result_cache_limits(env),
+            kind_cache_seconds=env_float(env, "JOBS_KIND_CACHE_SECONDS", KIND_CACHE_SECONDS_DEFAULT, minimum=0.0),
             dedupe_window_seconds=env_float(
                 env, "JOBS_DEDUPE_WINDOW_SECONDS", DEDUPE_WINDOW_SECONDS_DEFAULT, minimum=0.0
             ),

@@ -160,7 +160,19 @@ def events_table(events: list[jobs_pb2.JobEvent]) -> str:
         )
         for event in events
     ]
-    return _table(rows)
+    return "\n".join([_table(rows), *_attempt_errors(events)])
+
+
+def _attempt_errors(events: list[jobs_pb2.JobEvent]) -> list[str]:
+    """Below the table: each failed attempt's error, with its traceback indented."""
+    lines = []
+    for event in events:
+        if not event.HasField("error"):
+            continue
+        category = jobs_pb2.ErrorCategory.Name(event.error.category).removeprefix(_CATEGORY_PREFIX)
+        lines += ["", f"attempt {event.attempt} (seq {event.sequence}) {category}: {event.error.message}"]
+        lines += [f"    {line}" for line in event.error.traceback.rstrip().splitlines()]
+    return lines
 
 
 def _table(rows: Sequence[tuple[str, ...]]) -> str:

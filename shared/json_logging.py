@@ -21,6 +21,7 @@ CONTEXT_FIELDS = (
     "reason",
     "actor",
     "count",
+    "traceback",
 )
 
 

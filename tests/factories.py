@@ -6,13 +6,17 @@ Defaults make a retry runnable at once (no backoff), so tests that re-claim neve
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import sql
 
+from api_service.usecases.kind_catalog import KindCatalog
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import TERMINAL_STATES, ClaimedJob, Job, JobState, NewJob
-from shared.storage import job_store, lease_store
+from shared.handlers.api import HandlerRegistry
+from shared.handlers.loader import load_registry
+from shared.storage import job_store, kind_store, lease_store
 from shared.storage.database import Database
 
 TENANT_DEFAULT = TenantId("tenant-a")
@@ -148,3 +152,12 @@ async def set_state(db: Database, job_id: JobId, state: JobState, **columns: Any
     async with db.transaction() as conn:
         cur = await conn.execute(statement, {"state": state, "job_id": job_id, **columns})
         assert cur.rowcount == 1
+
+
+async def published_kinds(db: Database, registry: HandlerRegistry | None = None) -> KindCatalog:
+    """The API's view of the job kinds, after a worker running `registry` (the built-in kinds when
+    None) published them, as a replica does before its first claim."""
+    registry = registry or load_registry(())
+    async with db.transaction() as conn:
+        await kind_store.publish(conn, WORKER_ID_DEFAULT, datetime.now(UTC), [s.policy for s in registry.specs()])
+    return KindCatalog(db)

@@ -28,6 +28,17 @@ def register(registry: HandlerRegistry) -> None:
     registry.register("quick.flaky", max_attempts=3, backoff_base_seconds=0.1)(quick_flaky)
     registry.register(TRACED_KIND, max_attempts=3, backoff_base_seconds=0.1)(traced)
     registry.register("stall.first", backoff_base_seconds=0.1)(stall_first)
+    registry.register("plain.echo", max_attempts=2)(plain_echo)
+    registry.register("charge.slow", max_attempts=3, external_side_effects=True)(charge_slowly)
+    registry.register("plain.crash", max_attempts=2, backoff_base_seconds=0.1)(plain_crash)
+    registry.register("cpu.thread", max_attempts=1)(busy_for)
+    registry.register("cpu.process", max_attempts=1, executor="process")(busy_for)
+    registry.register("process.crash", max_attempts=1, executor="process")(process_crash)
+    registry.register("process.exit", max_attempts=1, executor="process")(process_exit)
+    registry.register("wait.thread", max_attempts=1)(wait_for_stop)
+    registry.register("stubborn.process", max_attempts=1, executor="process")(ignore_stop)
+    # Its policy comes from the environment, so two replicas can disagree on it.
+    registry.register("variant", max_attempts=int(os.environ.get("JOBS_TEST_VARIANT_MAX_ATTEMPTS", "2")))(plain_echo)
 
 
 async def poison_exit(ctx: JobContext) -> bytes:
@@ -96,3 +107,53 @@ async def traced(ctx: JobContext) -> bytes:
     if ctx.attempt <= spec.get("fail_times", 0):
         raise RetryableError(f"attempt {ctx.attempt} failed")
     return json.dumps({"traceparent": ctx.traceparent, "tracestate": ctx.tracestate}).encode()
+
+
+def plain_echo(ctx: JobContext) -> bytes:
+    """A plain def: runs in the worker's thread pool."""
+    return ctx.payload
+
+
+def plain_crash(ctx: JobContext) -> bytes:
+    raise KeyError(f"missing field on attempt {ctx.attempt}")
+
+
+def busy_for(ctx: JobContext) -> bytes:
+    """Burns the CPU for the payload's seconds, as a parser or an image codec would, checking only
+    for a stop request."""
+    deadline = time.monotonic() + float(ctx.payload or b"1")
+    spins = 0
+    while time.monotonic() < deadline and not ctx.stop_requested.is_set():
+        spins += sum(range(1000)) and 1
+    return b"spun %d" % spins
+
+
+def process_crash(ctx: JobContext) -> bytes:
+    raise ZeroDivisionError("division by zero in the child")
+
+
+def process_exit(ctx: JobContext) -> bytes:
+    os._exit(9)
+
+
+def wait_for_stop(ctx: JobContext) -> bytes:
+    """Blocks its thread until the stop request arrives, then says so."""
+    stopped = ctx.stop_requested.wait_blocking(60)
+    return b"stopped" if stopped else b"not stopped"
+
+
+def ignore_stop(ctx: JobContext) -> bytes:
+    """Never looks at its stop request: only terminating its process ends it. Writes its pid to the
+    file the payload names, so a test can watch the process go."""
+    with open(ctx.payload.decode(), "w") as pid_file:
+        pid_file.write(str(os.getpid()))
+    while True:
+        time.sleep(0.05)
+
+
+async def charge_slowly(ctx: JobContext) -> bytes:
+    """Records its intent, then waits for the provider's answer far longer than a shutdown's grace."""
+    await ctx.record_intent("charge", b"ch_slow")
+    await asyncio.sleep(60)
+    await ctx.confirm("charge", b"done")
+    return b"charged"

@@ -16,6 +16,12 @@ CREATE TYPE public.failure_cause AS ENUM (
     'retry'
 );
 
+CREATE TYPE public.job_executor AS ENUM (
+    'async',
+    'thread',
+    'process'
+);
+
 CREATE TYPE public.job_state AS ENUM (
     'pending',
     'blocked',
@@ -183,6 +189,17 @@ CREATE FUNCTION public.jobs_tenant_visible(row_tenant text) RETURNS boolean
     LANGUAGE sql STABLE
     AS $$ SELECT row_tenant = coalesce(nullif(current_setting('jobs.tenant', true), ''), row_tenant) $$;
 
+CREATE TABLE public.job_attempt_errors (
+    job_id uuid NOT NULL,
+    tenant text NOT NULL,
+    attempt integer NOT NULL,
+    fencing_token bigint NOT NULL,
+    category public.error_category NOT NULL,
+    message text NOT NULL,
+    traceback text DEFAULT ''::text NOT NULL,
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
 CREATE TABLE public.job_events (
     job_id uuid NOT NULL,
     tenant text NOT NULL,
@@ -194,6 +211,36 @@ CREATE TABLE public.job_events (
     actor text NOT NULL,
     reason text NOT NULL,
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+CREATE TABLE public.job_kind_publishers (
+    kind text NOT NULL,
+    publisher text NOT NULL,
+    policy_digest bytea NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    last_seen_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+CREATE TABLE public.job_kinds (
+    kind text NOT NULL,
+    max_attempts integer NOT NULL,
+    backoff_base_seconds double precision NOT NULL,
+    backoff_cap_seconds double precision NOT NULL,
+    timeout_seconds double precision,
+    external_side_effects boolean NOT NULL,
+    limit_keys text[] DEFAULT '{}'::text[] NOT NULL,
+    executor public.job_executor NOT NULL,
+    policy_digest bytea NOT NULL,
+    published_by text NOT NULL,
+    publisher_started_at timestamp with time zone NOT NULL,
+    first_published_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    last_published_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    retired_at timestamp with time zone,
+    retired_by text,
+    CONSTRAINT job_kinds_backoff_base_seconds_check CHECK ((backoff_base_seconds >= (0)::double precision)),
+    CONSTRAINT job_kinds_backoff_cap_seconds_check CHECK ((backoff_cap_seconds >= (0)::double precision)),
+    CONSTRAINT job_kinds_max_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT job_kinds_timeout_seconds_check CHECK ((timeout_seconds > (0)::double precision))
 );
 
 CREATE TABLE public.job_receipts (
@@ -275,8 +322,17 @@ CREATE TABLE public.schema_migrations (
     applied_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
 
+ALTER TABLE ONLY public.job_attempt_errors
+    ADD CONSTRAINT job_attempt_errors_pkey PRIMARY KEY (job_id, fencing_token);
+
 ALTER TABLE ONLY public.job_events
     ADD CONSTRAINT job_events_pkey PRIMARY KEY (job_id, sequence);
+
+ALTER TABLE ONLY public.job_kind_publishers
+    ADD CONSTRAINT job_kind_publishers_pkey PRIMARY KEY (kind, publisher);
+
+ALTER TABLE ONLY public.job_kinds
+    ADD CONSTRAINT job_kinds_pkey PRIMARY KEY (kind);
 
 ALTER TABLE ONLY public.job_receipts
     ADD CONSTRAINT job_receipts_pkey PRIMARY KEY (job_id, attempt, step);
@@ -298,6 +354,8 @@ ALTER TABLE ONLY public.resource_heads
 
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+CREATE INDEX job_kind_publishers_seen_idx ON public.job_kind_publishers USING btree (last_seen_at);
 
 CREATE INDEX jobs_blocked_depends_on_idx ON public.jobs USING gin (depends_on) WHERE (state = 'blocked'::public.job_state);
 
@@ -335,8 +393,15 @@ CREATE TRIGGER jobs_record_update AFTER UPDATE ON public.jobs FOR EACH ROW WHEN 
 
 CREATE TRIGGER jobs_settle_dependents AFTER UPDATE OF state ON public.jobs FOR EACH ROW WHEN (((old.state IS DISTINCT FROM new.state) AND (new.state = ANY (ARRAY['succeeded'::public.job_state, 'failed'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])))) EXECUTE FUNCTION public.jobs_settle_dependents();
 
+ALTER TABLE ONLY public.job_attempt_errors
+    ADD CONSTRAINT job_attempt_errors_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
 ALTER TABLE ONLY public.job_receipts
     ADD CONSTRAINT job_receipts_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
+ALTER TABLE public.job_attempt_errors ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY job_attempt_errors_api_tenant ON public.job_attempt_errors TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
 
 ALTER TABLE public.job_events ENABLE ROW LEVEL SECURITY;
 
@@ -395,8 +460,16 @@ GRANT ALL ON FUNCTION public.jobs_delete_finished(job_ids uuid[], retention_seco
 REVOKE ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) TO jobs_worker;
 
+GRANT SELECT,INSERT ON TABLE public.job_attempt_errors TO jobs_api;
+
 GRANT SELECT,INSERT ON TABLE public.job_events TO jobs_api;
 GRANT INSERT ON TABLE public.job_events TO jobs_worker;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.job_kind_publishers TO jobs_worker;
+GRANT SELECT ON TABLE public.job_kind_publishers TO jobs_api;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.job_kinds TO jobs_worker;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.job_kinds TO jobs_api;
 
 GRANT SELECT ON TABLE public.job_receipts TO jobs_api;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.job_receipts TO jobs_worker;

@@ -11,6 +11,7 @@ import psycopg.errors
 import pytest
 
 from api_service.usecases.job_queries import JobQueries
+from api_service.usecases.kind_catalog import KindCatalog
 from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
@@ -18,7 +19,6 @@ from shared.domain.errors import NotFound
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import Completion, JobState, LeaseRef, ListFilter, ReportOutcome
 from shared.domain.submission_rules import SubmissionLimits
-from shared.handlers.loader import load_registry
 from shared.storage import lease_store, queries, receipt_store, retention
 from shared.storage.database import Database, PoolSettings, set_tenant
 from tests import factories
@@ -61,7 +61,7 @@ async def worker_db(database_url: str, service_logins: ServiceLogins) -> AsyncIt
 async def _two_tenants_with_everything(db: Database) -> dict[TenantId, JobId]:
     """Per tenant: a succeeded job with a result, events, a resource head and a receipt (written as the
     owner, which row-level security does not restrict)."""
-    submissions = SubmissionService(db, load_registry(()), SubmissionLimits())
+    submissions = SubmissionService(db, await factories.published_kinds(db), SubmissionLimits())
     made = {}
     for tenant in (ACME, GLOBEX):
         outcome = await submissions.submit(
@@ -144,7 +144,8 @@ async def test_the_tenant_can_be_switched_inside_one_transaction(db, api_db):
 
 
 async def test_the_use_cases_run_as_jobs_api_and_never_cross_the_wall(db, api_db, worker_db):
-    submissions = SubmissionService(api_db, load_registry(()), SubmissionLimits())
+    await factories.published_kinds(db)  # as a worker would have
+    submissions = SubmissionService(api_db, KindCatalog(api_db), SubmissionLimits())
     queries, lifecycle = JobQueries(api_db), JobLifecycle(api_db)
     mine = (await submissions.submit(ACME, "tenant:acme", factories.new_job(idempotency_key="k"))).job
     theirs = (await submissions.submit(GLOBEX, "tenant:globex", factories.new_job(idempotency_key="k"))).job
@@ -361,7 +362,7 @@ async def test_the_worker_role_writes_receipts_and_history_only_for_the_attempt_
 
 async def test_every_transition_a_worker_makes_still_works_as_the_worker_role(db, worker_db, sync_db):
     """Claims, each ending of an expired lease, the deadline sweep, and the dependents a failure settles."""
-    submissions = SubmissionService(db, load_registry(()), SubmissionLimits())
+    submissions = SubmissionService(db, await factories.published_kinds(db), SubmissionLimits())
     final = await factories.insert_and_claim(db, max_attempts=1)
     dependent = (
         await submissions.submit(

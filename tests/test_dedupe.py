@@ -14,7 +14,6 @@ from shared.domain.idempotency import input_digest
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import JobState, NewJob
 from shared.domain.submission_rules import SubmissionLimits
-from shared.handlers.loader import load_registry
 from shared.storage import job_store, queries
 from shared.storage.database import Database
 from tests import factories
@@ -29,8 +28,10 @@ CONCURRENT_SUBMITS = 20
 
 
 @pytest.fixture
-def service(db: Database) -> SubmissionService:
-    return SubmissionService(db, load_registry(()), SubmissionLimits(), dedupe_window_seconds=WINDOW_SECONDS)
+async def service(db: Database) -> SubmissionService:
+    return SubmissionService(
+        db, await factories.published_kinds(db), SubmissionLimits(), dedupe_window_seconds=WINDOW_SECONDS
+    )
 
 
 def deduped(**fields) -> NewJob:

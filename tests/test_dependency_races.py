@@ -12,7 +12,6 @@ from api_service.usecases.submission import SubmissionService
 from shared.domain.ids import TenantId
 from shared.domain.jobs import JobState
 from shared.domain.submission_rules import SubmissionLimits
-from shared.handlers.loader import load_registry
 from shared.storage import queries
 from tests import factories
 from tests.conditions import wait_until
@@ -35,7 +34,7 @@ def _waits_on_a_lock(sync_db, pid: int) -> bool:
 async def test_two_dependencies_succeeding_in_concurrent_transactions_unblock_the_dependent(db, database_url, sync_db):
     first = await factories.insert_and_claim(db)
     second = await factories.insert_and_claim(db)
-    service = SubmissionService(db, load_registry(()), SubmissionLimits())
+    service = SubmissionService(db, await factories.published_kinds(db), SubmissionLimits())
     dependent = (
         await service.submit(
             TenantId(factories.TENANT_DEFAULT), "tenant:t", factories.new_job(depends_on=(first.job_id, second.job_id))

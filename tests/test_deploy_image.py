@@ -168,3 +168,37 @@ def test_the_install_step_yields_importable_entry_points(tmp_path: Path) -> None
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
+
+
+EXAMPLE_HANDLERS = REPO_ROOT / "deploy" / "examples" / "handlers"
+
+
+def test_the_example_handler_image_builds_on_ours_and_runs_only_the_worker() -> None:
+    instructions = _instructions((EXAMPLE_HANDLERS / "Dockerfile").read_text())
+    assert instructions[0] == ("ARG", "JOBS_IMAGE=durable-jobs:0.1.0")
+    assert ("FROM", "${JOBS_IMAGE}") in instructions
+    assert ("ENV", "JOBS_HANDLER_MODULES=example_handlers") in instructions
+    assert instructions[-1] == ("CMD", '["python", "-m", "worker_service"]')
+    users = [args for keyword, args in instructions if keyword == "USER"]
+    assert users[-1] == "10001:10001", "the image runs as the same non-root user as ours"
+
+
+def test_the_example_handler_package_installs_and_its_kinds_load(tmp_path: Path) -> None:
+    """The Dockerfile's pip step, rehearsed: the package installs, and a worker's loader finds its kinds."""
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--target", str(target), str(EXAMPLE_HANDLERS)],
+        check=True, capture_output=True, timeout=90,
+    )  # fmt: skip
+    script = (
+        "from shared.handlers.loader import load_registry\n"
+        "r = load_registry(['example_handlers'])\n"
+        "print(sorted(k for k in r.kinds() if k.startswith('example.')), r.get('example.digest').executor.value,"
+        " r.get('example.thumbnail').limit_keys)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(REPO_ROOT)])}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "['example.digest', 'example.thumbnail'] process ('provider:images',)"

@@ -135,11 +135,17 @@ def test_every_variable_set_is_one_the_settings_read(overlay: str, tmp_path: Pat
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_api_and_workers_load_the_same_job_kinds(overlay: str, tmp_path: Path) -> None:
+def test_only_workers_load_handler_modules(overlay: str, tmp_path: Path) -> None:
     manifests = render(overlay)
     api_settings, _, _ = _api_settings(manifests, tmp_path)
-    worker_settings, _ = _worker_settings(manifests)
-    assert api_settings.handler_modules == worker_settings.handler_modules, "a kind the API accepts must run"
+    assert api_settings.ignored_handler_modules == (), "the API learns kinds from the workers, never imports them"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_worker_probes_tell_a_blocked_loop_and_an_unreachable_database(overlay: str) -> None:
+    _, container = _worker(render(overlay))
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -12,7 +12,6 @@ from api_service.usecases.worker_reports import WorkerReports
 from shared.domain.errors import JobCancelled
 from shared.domain.jobs import Completion, ErrorCategory, JobError, LeaseRef
 from shared.domain.submission_rules import SubmissionLimits
-from shared.handlers.loader import load_registry
 from shared.storage import lease_store
 from tests import factories
 
@@ -131,7 +130,7 @@ async def test_cancel_and_manual_retry_record_who_and_why(db, sync_db, reports):
 
 
 async def test_a_superseded_version_records_the_version_that_replaced_it(db, sync_db):
-    service = SubmissionService(db, load_registry(()), SubmissionLimits())
+    service = SubmissionService(db, await factories.published_kinds(db), SubmissionLimits())
     old = await service.submit(TENANT, ACTOR, factories.new_job(resource_key="doc", resource_version=1))
     await service.submit(TENANT, ACTOR, factories.new_job(resource_key="doc", resource_version=2))
 

@@ -26,7 +26,6 @@ from shared.domain.jobs import (
     ReportOutcome,
 )
 from shared.domain.submission_rules import SubmissionLimits
-from shared.handlers.loader import load_registry
 from shared.storage import receipt_store
 from shared.storage.database import Database
 from tests import factories
@@ -103,7 +102,7 @@ async def _cancelled_job(db: Database) -> LeaseRef:
 
 async def _superseded_job(db: Database) -> LeaseRef:
     """Running when a newer version of its resource was submitted."""
-    service = SubmissionService(db, load_registry(()), SubmissionLimits())
+    service = SubmissionService(db, await factories.published_kinds(db), SubmissionLimits())
     await service.submit(TENANT, ACTOR, factories.new_job(resource_key="doc", resource_version=1))
     claimed = await factories.claim_one(db)
     await service.submit(TENANT, ACTOR, factories.new_job(resource_key="doc", resource_version=2))

@@ -13,7 +13,6 @@ from api_service.usecases.submission import SubmissionService
 from shared.domain.errors import AlreadyExists, InvalidArgument
 from shared.domain.ids import TenantId
 from shared.domain.submission_rules import SubmissionLimits
-from shared.handlers.loader import load_registry
 from shared.storage.database import Connection, Database
 from tests import factories
 
@@ -25,8 +24,8 @@ CONCURRENT_SUBMITS = 40
 
 
 @pytest.fixture
-def service(db: Database) -> SubmissionService:
-    return SubmissionService(db, load_registry(()), SubmissionLimits())
+async def service(db: Database) -> SubmissionService:
+    return SubmissionService(db, await factories.published_kinds(db), SubmissionLimits())
 
 
 def _transactions_that_inserted_jobs(sync_db) -> int:

@@ -82,7 +82,9 @@ def test_a_failed_job_exits_6_then_a_manual_retry_runs_it_again(service_stack: S
 
     events = jobsctl(api, "events", job_id)
     assert events.code == 0, events.stderr
-    rows = [line.split(None, 7) for line in events.text.splitlines()]
+    table, _, attempt_errors = events.text.partition("\n\n")  # each failed attempt's error follows the table
+    rows = [line.split(None, 7) for line in table.splitlines()]
+    assert "attempt 1 (seq" in attempt_errors and "flaky: attempt 1" in attempt_errors
     assert rows[0] == ["SEQ", "AT", "FROM", "TO", "ATTEMPT", "FENCING", "ACTOR", "REASON"]
     retry_row = next(row for row in rows[1:] if row[2] == "FAILED")
     assert retry_row[3] == "PENDING" and retry_row[6] == "tenant:acme" and "fixed the upstream" in retry_row[7]

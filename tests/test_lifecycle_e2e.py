@@ -374,6 +374,8 @@ def test_dependencies_block_until_success_and_fail_when_one_fails(stack: Service
 
 def test_watch_streams_every_transition_resumes_and_ends_after_a_terminal_state(stack: ServiceStack) -> None:
     client = stack.tenant("acme")
+    # A kind stays known after its last worker stopped: the submission waits, visibly PENDING.
+    stack.start_worker("w0", **TEST_HANDLERS).stop()
     job_id = client.submit("quick.flaky", json.dumps({"fail_times": 1}).encode()).job.job_id
     stream = client.stub.WatchJob(jobs_pb2.WatchJobRequest(job_id=job_id), metadata=client.metadata, timeout=30)
     first = next(stream)

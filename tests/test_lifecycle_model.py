@@ -61,6 +61,7 @@ from shared.handlers.builtin import echo
 from shared.handlers.loader import load_registry
 from shared.storage import lease_store
 from shared.storage.database import Database, PoolSettings
+from tests import factories
 from tests.db_fixtures import SyncProbe, TestDatabases
 
 # Two cores run 25 examples of 30 steps in well under this; the bound catches a hang, not slowness.
@@ -152,7 +153,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.probe = SyncProbe(psycopg.connect(self.url, autocommit=True, row_factory=dict_row))
         registry = load_registry(())
         registry.register(KIND, max_attempts=KIND_MAX_ATTEMPTS, backoff_base_seconds=0, backoff_cap_seconds=0)(echo)
-        self.submission = SubmissionService(self.db, registry, SubmissionLimits())
+        self.submission = SubmissionService(
+            self.db, self.run(factories.published_kinds(self.db, registry)), SubmissionLimits()
+        )
         self.lifecycle = JobLifecycle(self.db)
         self.queries = JobQueries(self.db)
         self.reports = WorkerReports(self.db, _IgnoredRejections(), lease_max_seconds=3600)

@@ -15,7 +15,6 @@ from shared.domain.errors import DeadlineExceeded, ResourceExhausted
 from shared.domain.ids import TenantId
 from shared.domain.jobs import JobState
 from shared.domain.submission_rules import SubmissionLimits
-from shared.handlers.loader import load_registry
 from shared.storage.database import Database, call_deadline
 from tests import factories
 from tests.conditions import wait_until
@@ -108,7 +107,7 @@ def _backends_waiting_on_a_lock(database_url: str) -> int:
 async def test_one_callers_deadline_does_not_bound_the_group_commit_it_started(db: Database, database_url) -> None:
     """The group committer's task outlives the caller that started it and runs later callers' work: it
     must not inherit the first caller's deadline."""
-    submissions = SubmissionService(db, load_registry(()), SubmissionLimits())
+    submissions = SubmissionService(db, await factories.published_kinds(db), SubmissionLimits())
     await submissions.submit(ACME, "tenant:acme", factories.new_job(resource_key="doc", resource_version=1))
     with psycopg.connect(database_url) as locker:
         locker.execute("SELECT 1 FROM resource_heads FOR UPDATE")

@@ -11,7 +11,6 @@ from api_service.metrics import ApiMetrics, SubmissionMetrics
 from api_service.usecases.submission import SubmissionService
 from shared.domain.ids import TenantId
 from shared.domain.submission_rules import SubmissionLimits
-from shared.handlers.loader import load_registry
 from shared.metric_labels import OTHER_TENANT_LABEL
 from shared.process_metrics import installed_version
 from shared.storage.database import Database
@@ -59,8 +58,8 @@ def metrics() -> SubmissionMetrics:
 
 
 @pytest.fixture
-def service(db: Database, metrics: SubmissionMetrics) -> SubmissionService:
-    return SubmissionService(db, load_registry(()), SubmissionLimits(), metrics=metrics)
+async def service(db: Database, metrics: SubmissionMetrics) -> SubmissionService:
+    return SubmissionService(db, await factories.published_kinds(db), SubmissionLimits(), metrics=metrics)
 
 
 async def test_an_arrival_counts_once_and_a_replay_of_its_key_not_again(service, metrics) -> None:

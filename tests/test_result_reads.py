@@ -16,7 +16,6 @@ from shared.domain.errors import FailedPrecondition, JobSuperseded, NotFound
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Completion, JobResult, ReportOutcome
 from shared.domain.submission_rules import SubmissionLimits
-from shared.handlers.loader import load_registry
 from shared.storage import job_store
 from shared.storage.database import Database
 from tests import factories
@@ -59,8 +58,8 @@ def queries(db: Database) -> JobQueries:
 
 
 @pytest.fixture
-def submissions(db: Database) -> SubmissionService:
-    return SubmissionService(db, load_registry(()), SubmissionLimits())
+async def submissions(db: Database) -> SubmissionService:
+    return SubmissionService(db, await factories.published_kinds(db), SubmissionLimits())
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from shared.domain.errors import InvalidArgument
 from shared.domain.ids import FencingToken
 from shared.domain.jobs import Completion, JobState
 from shared.domain.submission_rules import SubmissionLimits
-from shared.handlers.loader import load_registry
 from shared.storage import lease_store
 from shared.storage.retention import JOB_DELETE_FINISHED, JOB_RETENTION_LOCK, delete_finished_jobs
 from tests import factories
@@ -109,7 +108,7 @@ async def test_a_submission_naming_a_job_that_retention_has_locked_waits_and_is_
     dependency = await factories.insert_and_claim(db)
     await _complete(db, dependency)
     await _finished_long_ago(sync_db, dependency.job_id)
-    service = SubmissionService(db, load_registry(()), SubmissionLimits())
+    service = SubmissionService(db, await factories.published_kinds(db), SubmissionLimits())
 
     with psycopg.connect(database_url, row_factory=dict_row) as sweeper:
         locked = sweeper.execute(JOB_RETENTION_LOCK, {"retention_seconds": 7 * DAY, "limit": 10}).fetchall()

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from api_service.usecases.job_queries import JobQueries
+from api_service.usecases.kind_catalog import KindCatalog
 from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
@@ -17,7 +18,6 @@ from shared.domain.errors import FailedPrecondition, NotFound
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import ClaimedJob, Completion, ErrorCategory, JobError, JobState, LeaseRef
 from shared.domain.submission_rules import SubmissionLimits
-from shared.handlers.loader import load_registry
 from shared.storage import receipt_store
 from shared.storage.database import Database, PoolSettings
 from tests import factories
@@ -43,8 +43,8 @@ def lifecycle(db: Database) -> JobLifecycle:
 
 
 @pytest.fixture
-def service(db: Database) -> SubmissionService:
-    return SubmissionService(db, load_registry(()), SubmissionLimits())
+async def service(db: Database) -> SubmissionService:
+    return SubmissionService(db, await factories.published_kinds(db), SubmissionLimits())
 
 
 @pytest.fixture
@@ -289,7 +289,8 @@ async def api_db(database_url: str, service_logins: ServiceLogins) -> AsyncItera
 
 
 async def test_the_retry_checks_run_as_jobs_api_and_see_only_the_tenants_rows(db, api_db, reports):
-    service = SubmissionService(api_db, load_registry(()), SubmissionLimits())
+    await factories.published_kinds(db)  # as a worker would have
+    service = SubmissionService(api_db, KindCatalog(api_db), SubmissionLimits())
     lifecycle = JobLifecycle(api_db)
     dependency = (await service.submit(TENANT, ACTOR, factories.new_job())).job
     job = (

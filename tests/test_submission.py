@@ -14,7 +14,6 @@ from shared.domain.errors import AlreadyExists, InvalidArgument
 from shared.domain.ids import TenantId
 from shared.domain.jobs import JobState, NewJob
 from shared.domain.submission_rules import SubmissionLimits
-from shared.handlers.loader import load_registry
 from shared.storage.database import Database, PoolSettings
 from tests import factories
 
@@ -27,8 +26,10 @@ CONCURRENT_SUBMITS = 50
 
 
 @pytest.fixture
-def service(db: Database) -> SubmissionService:
-    return SubmissionService(db, load_registry(()), SubmissionLimits(max_payload_bytes=PAYLOAD_LIMIT_BYTES))
+async def service(db: Database) -> SubmissionService:
+    return SubmissionService(
+        db, await factories.published_kinds(db), SubmissionLimits(max_payload_bytes=PAYLOAD_LIMIT_BYTES)
+    )
 
 
 def job_count(sync_db) -> int:
@@ -84,7 +85,7 @@ async def test_keys_are_per_tenant(service, sync_db):
 async def test_concurrent_submits_with_one_key_make_one_job(database_url, sync_db):
     wide = await Database.open(PoolSettings(database_url, min_size=1, max_size=20), wait=True)
     try:
-        service = SubmissionService(wide, load_registry(()), SubmissionLimits())
+        service = SubmissionService(wide, await factories.published_kinds(wide), SubmissionLimits())
         request = factories.new_job(idempotency_key="once", payload=b"racing")
         async with asyncio.timeout(20):
             outcomes = await asyncio.gather(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -25,6 +26,8 @@ from tests.conditions import wait_until
 from tests.process_fixtures import FAST_WORKER_ENV, WORKER_TOKEN, ServiceStack
 from tests.process_fixtures import wait_until as wait_until_sync
 from worker_service.api_client import ApiClient
+from worker_service.health_server import WorkerHealth
+from worker_service.kind_publisher import KindPublisher
 from worker_service.metrics import WorkerMetrics
 from worker_service.settings import WorkerSettings
 from worker_service.tracing import MESSAGING_SYSTEM, AttemptTracer
@@ -88,7 +91,10 @@ async def _run_worker_until(stack: ServiceStack, registry: HandlerRegistry, trac
     db = await Database.open(PoolSettings(settings.database.url, min_size=1, max_size=3))
     api = ApiClient(settings.api_target, settings.worker_token, settings.worker_id, settings.tls)
     stop = asyncio.Event()
-    worker = Worker(settings, registry, db, api, WorkerMetrics(tenant_limit=5), tracer)
+    metrics = WorkerMetrics(tenant_limit=5)
+    publisher = KindPublisher(db, registry, settings.worker_id, datetime.now(UTC), metrics)
+    await publisher.publish()
+    worker = Worker(settings, registry, db, api, metrics, publisher, WorkerHealth(), tracer)
     running = asyncio.create_task(worker.run(stop))
     try:
         await wait_until(done, within_seconds=40, what="the job's attempts to end")

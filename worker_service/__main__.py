@@ -7,8 +7,9 @@ import logging
 import os
 import signal
 import sys
+from datetime import UTC, datetime
 
-from prometheus_client import disable_created_metrics, start_http_server
+from prometheus_client import disable_created_metrics
 
 from shared.domain.errors import JobsError
 from shared.env_settings import LOG_LEVEL_DEFAULT, SettingsError, split_host_port
@@ -16,6 +17,8 @@ from shared.handlers.loader import load_registry
 from shared.json_logging import configure_logging
 from shared.storage.database import Database, PoolSettings
 from worker_service.api_client import ApiClient, CredentialRejected
+from worker_service.health_server import WorkerHealth, start_health_server
+from worker_service.kind_publisher import KindPublisher
 from worker_service.metrics import WorkerMetrics
 from worker_service.settings import WorkerSettings
 from worker_service.tracing import TRACING_AVAILABLE
@@ -27,9 +30,10 @@ log = logging.getLogger("worker_service")
 async def run(settings: WorkerSettings) -> None:
     registry = load_registry(settings.handler_modules)
     metrics = WorkerMetrics(settings.metrics_tenant_limit)
+    health = WorkerHealth(stall_seconds=settings.liveness_stall_seconds)
     if settings.metrics_listen:
         host, port = split_host_port(settings.metrics_listen)
-        start_http_server(port, addr=host, registry=metrics.registry)
+        start_health_server(host, port, metrics.registry, health)
     db = await Database.open(
         PoolSettings(
             settings.database.url,
@@ -40,6 +44,16 @@ async def run(settings: WorkerSettings) -> None:
         )
     )
     metrics.watch_pool(db.stats)
+    publisher = KindPublisher(
+        db,
+        registry,
+        settings.worker_id,
+        datetime.now(UTC),
+        metrics,
+        interval_seconds=settings.kind_publish_interval_seconds,
+    )
+    # Before the first claim: the API accepts a kind only once some worker has published it.
+    await publisher.publish()
     api = ApiClient(settings.api_target, settings.worker_token, settings.worker_id, settings.tls)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -54,7 +68,7 @@ async def run(settings: WorkerSettings) -> None:
     )
     log.info("attempt spans: %s", "on (opentelemetry-api)" if TRACING_AVAILABLE else "off (opentelemetry-api absent)")
     try:
-        await Worker(settings, registry, db, api, metrics).run(stop)
+        await Worker(settings, registry, db, api, metrics, publisher, health).run(stop)
     finally:
         await api.close()
         await db.close()

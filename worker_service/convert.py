@@ -58,7 +58,9 @@ def fail_job_request(lease: LeaseRef, error: JobError) -> worker_pb2.FailJobRequ
     return worker_pb2.FailJobRequest(
         job_id=lease.job_id,
         fencing_token=lease.fencing_token,
-        error=jobs_pb2.JobError(category=_CATEGORY_TO_PROTO[error.category], message=error.message),
+        error=jobs_pb2.JobError(
+            category=_CATEGORY_TO_PROTO[error.category], message=error.message, traceback=error.traceback
+        ),
     )
 
 

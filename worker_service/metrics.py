@@ -65,6 +65,13 @@ class WorkerMetrics:
             registry=r,
         )
 
+        self.kind_policy_conflicts = Gauge(
+            "jobs_kind_policy_conflicts",
+            "Different policies that live replicas publish for a kind this replica runs (0: they agree).",
+            ["kind"],
+            registry=r,
+        )
+
     def watch_pool(self, stats: Callable[[], Mapping[str, int]]) -> None:
         """Exports the connection pool's statistics, read from `stats` at scrape time."""
         self.registry.register(PoolStatsCollector(stats))

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from shared.env_settings import env_float, env_int, env_list, env_log_level, env_optional, env_str
 from shared.metric_labels import TENANT_LIMIT_DEFAULT
 from shared.storage.database_settings import DatabaseSettings
+from worker_service.health_server import LIVENESS_STALL_SECONDS_DEFAULT
+from worker_service.kind_publisher import PUBLISH_INTERVAL_SECONDS_DEFAULT
 from worker_service.transport_security import ClientTlsFiles
 
 API_TARGET_DEFAULT = "127.0.0.1:50051"
@@ -51,6 +53,10 @@ class WorkerSettings:
     claim_batch_max: int
     metrics_tenant_limit: int
     log_level: str
+    # /livez fails once the event loop has not run for this long.
+    liveness_stall_seconds: float
+    # How often this replica republishes its kinds (the API and the conflict check count it as live).
+    kind_publish_interval_seconds: float
     # None: plaintext to the API.
     tls: ClientTlsFiles | None
 
@@ -87,5 +93,11 @@ class WorkerSettings:
             ),
             metrics_tenant_limit=env_int(env, "JOBS_METRICS_TENANT_LIMIT", TENANT_LIMIT_DEFAULT, minimum=1),
             log_level=env_log_level(env),
+            liveness_stall_seconds=env_float(
+                env, "JOBS_LIVENESS_STALL_SECONDS", LIVENESS_STALL_SECONDS_DEFAULT, minimum=1.0
+            ),
+            kind_publish_interval_seconds=env_float(
+                env, "JOBS_KIND_PUBLISH_INTERVAL_SECONDS", PUBLISH_INTERVAL_SECONDS_DEFAULT, minimum=0.1
+            ),
             tls=ClientTlsFiles.from_env(env),
         )

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import enum
 import logging
+import os
 import random
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +31,9 @@ from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
 from worker_service.background_loops import apply_retention, listen_for_work, rescue_leases
 from worker_service.completion_batcher import CompletionBatcher
+from worker_service.handler_executors import HandlerExecutors, HandlerProcessFailed
+from worker_service.health_server import WorkerHealth
+from worker_service.kind_publisher import KindPublisher
 from worker_service.metrics import WorkerMetrics
 from worker_service.receipt_book import DatabaseReceiptBook
 from worker_service.settings import WorkerSettings
@@ -35,6 +41,14 @@ from worker_service.tracing import NO_SPAN, AttemptSpan, AttemptTracer
 
 log = logging.getLogger(__name__)
 RELEASE_DEADLINE_SECONDS = 5.0
+# Frames of an unclassified exception's traceback kept with the attempt's error.
+TRACEBACK_FRAMES_MAX = 20
+# Frames above a handler's own: this package's and the executors' of the standard library.
+_MACHINERY_PATHS = (
+    os.path.dirname(__file__) + os.sep,
+    os.path.dirname(asyncio.__file__) + os.sep,
+    os.path.dirname(concurrent.futures.__file__) + os.sep,
+)
 _FAIL_OUTCOME_LABELS = {
     JobState.RETRY_WAIT: "retried",
     JobState.FAILED: "failed",
@@ -86,10 +100,15 @@ class Worker:
         db: Database,
         api: ApiClient,
         metrics: WorkerMetrics,
+        publisher: KindPublisher,
+        health: WorkerHealth,
         tracer: AttemptTracer | None = None,
     ) -> None:
         self._settings = settings
         self._tracer = tracer or AttemptTracer()
+        self._publisher = publisher
+        self._health = health
+        self._draining = False
         self._registry = registry
         self._db = db
         self._api = api
@@ -98,6 +117,8 @@ class Worker:
             api, flush_seconds=settings.completion_flush_seconds, batch_max=settings.completion_batch_max
         )
         self._active: dict[str, ActiveJob] = {}
+        # Twice the slots: a plain handler that ignores its stop keeps its thread after its slot is freed.
+        self._executors = HandlerExecutors(threads=2 * settings.concurrency, preload_modules=settings.handler_modules)
         self._wake = asyncio.Event()
         self._heartbeat_now = asyncio.Event()
         # Set when a lease deadline appears that the expiry watch may not be waiting for yet.
@@ -114,6 +135,10 @@ class Worker:
             asyncio.create_task(self._batcher.run(), name="completion-batcher"),
             asyncio.create_task(self._keep_leases(), name="lease-keeper"),
             asyncio.create_task(self._stop_expired_leases(), name="lease-expiry"),
+            asyncio.create_task(self._publisher.keep_published(), name="kind-publisher"),
+            asyncio.create_task(
+                self._health.watch(self._db.ping, self._api.reachable.is_set, lambda: self._draining), name="health"
+            ),
             asyncio.create_task(
                 rescue_leases(self._db, self._metrics, self._settings.rescue_interval_seconds), name="lease-rescuer"
             ),
@@ -146,11 +171,13 @@ class Worker:
         everything: list[asyncio.Task[object]] = [*background, stop_waiter]
         try:
             await self._claim_until(stop)
+            self._draining = True
             await self._drain()
         finally:
             for pending in everything:
                 pending.cancel()
             await asyncio.gather(*everything, return_exceptions=True)
+            self._executors.close()
         if self._fatal is not None:
             raise self._fatal
 
@@ -282,7 +309,7 @@ class Worker:
         except _AttemptTimedOut as exc:
             error = exc.error
         except Exception as exc:  # noqa: BLE001 - unclassified failures are retryable by contract
-            error = _unless_unconfirmed(f"{type(exc).__name__}: {exc}", active.context)
+            error = _unclassified(exc, active.context)
         self._metrics.observe_execution(job.kind, time.monotonic() - started)
         if error is not None:
             active.span.failed(error)
@@ -297,10 +324,10 @@ class Worker:
         if spec is None:
             raise PermanentError(f"no handler for kind {context.kind!r} in this replica")
         if spec.timeout_seconds is None:
-            return _as_bytes(await spec.handler(context))
+            return _as_bytes(await self._executors.run(spec, context))
         try:
             async with asyncio.timeout(spec.timeout_seconds) as scope:
-                return _as_bytes(await spec.handler(context))
+                return _as_bytes(await self._executors.run(spec, context))
         except TimeoutError:
             if not scope.expired():
                 raise
@@ -345,7 +372,11 @@ class Worker:
             "attempt failed (%s): %s",
             error.category.value,
             error.message[:200],
-            extra={**active.log_fields, "state": outcome.value},
+            extra={
+                **active.log_fields,
+                "state": outcome.value,
+                **({"traceback": error.traceback} if error.traceback else {}),
+            },
         )
 
     async def _after_stop(self, active: ActiveJob, reason: StopReason) -> None:
@@ -355,9 +386,12 @@ class Worker:
             return
         if reason is StopReason.SHUTDOWN:
             try:
+                # An interruption by this replica's shutdown is not the job's failure: the attempt is not
+                # counted. A receipt of the attempt still counts it, and an unconfirmed external call
+                # sends the job to OUTCOME_UNKNOWN (the release statement decides from the receipts).
                 state = await self._api.release(
                     active.lease,
-                    started=True,
+                    started=False,
                     reason="worker shutting down",
                     deadline=time.monotonic() + RELEASE_DEADLINE_SECONDS,
                 )
@@ -486,14 +520,33 @@ class _AttemptTimedOut(Exception):
         self.error = error
 
 
-def _unless_unconfirmed(message: str, context: JobContext) -> JobError:
+def _unclassified(exc: Exception, context: JobContext) -> JobError:
+    """An exception the handler did not classify, with the handler's own frames of its traceback."""
+    if isinstance(exc, HandlerProcessFailed):
+        type_name, trace = exc.type_name, exc.traceback_text
+    else:
+        type_name, trace = type(exc).__name__, _bounded_traceback(exc)
+    return _unless_unconfirmed(f"{type_name}: {exc}", context, trace)
+
+
+def _unless_unconfirmed(message: str, context: JobContext, trace: str = "") -> JobError:
     """A failure the handler did not classify (an exception, a timeout) is retryable, unless an external
     call of this attempt is unconfirmed: then its effect may have happened, and only a person should
     decide to run it again."""
     if context.unconfirmed_steps:
         steps = ", ".join(sorted(context.unconfirmed_steps))
-        return JobError(ErrorCategory.OUTCOME_UNKNOWN, f"{message} (after unconfirmed external call: {steps})")
-    return JobError(ErrorCategory.RETRYABLE, message)
+        message = f"{message} (after unconfirmed external call: {steps})"
+        return JobError(ErrorCategory.OUTCOME_UNKNOWN, message, trace)
+    return JobError(ErrorCategory.RETRYABLE, message, trace)
+
+
+def _bounded_traceback(exc: BaseException) -> str:
+    """The innermost frames of the handler's exception: where it failed, not the worker's machinery."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    while frames and frames[0].filename.startswith(_MACHINERY_PATHS):
+        frames.pop(0)
+    frames = frames[-TRACEBACK_FRAMES_MAX:]
+    return "".join([*traceback.StackSummary.from_list(frames).format(), *traceback.format_exception_only(exc)])
 
 
 def _as_bytes(value: object) -> bytes:

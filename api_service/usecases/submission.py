@@ -8,12 +8,12 @@ from collections.abc import Sequence
 
 from api_service.metrics import SubmissionMetrics
 from api_service.usecases.group_commit import GroupCommitter
+from api_service.usecases.kind_catalog import KindCatalog
 from shared.domain.errors import AlreadyExists, FieldViolation, InvalidArgument, JobsError, Unavailable
 from shared.domain.idempotency import input_digest, request_digest
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import ErrorCategory, Job, JobError, JobState, NewJob, SubmitOutcome
 from shared.domain.submission_rules import DEDUPE_WINDOW_SECONDS_DEFAULT, SubmissionLimits, validate_new_job
-from shared.handlers.api import HandlerRegistry
 from shared.json_logging import job_fields
 from shared.storage import job_store
 from shared.storage.database import Connection, Database, set_tenant
@@ -28,7 +28,7 @@ class SubmissionService:
     def __init__(
         self,
         db: Database,
-        registry: HandlerRegistry,
+        kinds: KindCatalog,
         limits: SubmissionLimits,
         *,
         dedupe_window_seconds: float = DEDUPE_WINDOW_SECONDS_DEFAULT,
@@ -36,14 +36,15 @@ class SubmissionService:
     ) -> None:
         self._db = db
         self._metrics = metrics or SubmissionMetrics()
-        self._registry = registry
+        self._kinds = kinds
         self._limits = limits
         self._dedupe_window_seconds = dedupe_window_seconds
         self._group: GroupCommitter[_Request, _Submitted] = GroupCommitter(db, self._submit_group)
 
     async def submit(self, tenant: TenantId, actor: str, job: NewJob) -> SubmitOutcome:
         """Shares a transaction with concurrent submissions (group commit); answers after COMMIT."""
-        validate_new_job(job, limits=self._limits, known_kinds=self._registry.kinds())
+        known = await self._kinds.known(job.kind)
+        validate_new_job(job, limits=self._limits, known_kinds=known.keys())
         outcome, superseded = await self._group.run((tenant, actor, job))
         _log_committed(actor, [(outcome, superseded)])
         self._metrics.count_created([outcome])
@@ -55,8 +56,9 @@ class SubmissionService:
             raise InvalidArgument(FieldViolation("jobs", "must hold at least one submission"))
         if len(jobs) > self._limits.max_batch_size:
             raise InvalidArgument(FieldViolation("jobs", f"must hold at most {self._limits.max_batch_size}"))
+        known = await self._kinds.known(*{job.kind for job in jobs})
         for index, job in enumerate(jobs):
-            validate_new_job(job, limits=self._limits, known_kinds=self._registry.kinds(), prefix=f"jobs[{index}].")
+            validate_new_job(job, limits=self._limits, known_kinds=known.keys(), prefix=f"jobs[{index}].")
         _check_keys_within_batch(jobs)
         plain = [i for i, job in enumerate(jobs) if _is_plain(job)]
         submitted: dict[int, tuple[SubmitOutcome, list[JobId]]] = {}
@@ -101,8 +103,7 @@ class SubmissionService:
         return [results[index] for index in range(len(requests))]
 
     def _plain_insert(self, job: NewJob) -> job_store.PlainInsert:
-        spec = self._registry.get(job.kind)
-        assert spec is not None  # validation admitted only registered kinds
+        spec = self._kinds.policy(job.kind)
         return job_store.PlainInsert(
             job, job.max_attempts or spec.max_attempts, spec.backoff_base_seconds, spec.backoff_cap_seconds
         )
@@ -132,8 +133,7 @@ class SubmissionService:
             )
             if attached is not None:
                 return SubmitOutcome(attached, False), []
-        spec = self._registry.get(job.kind)
-        assert spec is not None  # validation admitted only registered kinds
+        spec = self._kinds.policy(job.kind)
         state, error, reason = JobState.PENDING, None, "submitted"
         if job.resource_key and (job.resource_version or 0) < latest_version:
             state, reason = JobState.SUPERSEDED, f"version {latest_version} was already submitted"

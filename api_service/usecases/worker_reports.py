@@ -24,12 +24,14 @@ from shared.domain.jobs import (
     ReportOutcome,
 )
 from shared.domain.submission_rules import is_job_id
-from shared.storage import lease_store
+from shared.storage import job_store, lease_store
 from shared.storage.database import Database
 
 log = logging.getLogger(__name__)
 REPORT_BATCH_MAX = 1000
 ERROR_MESSAGE_MAX_CHARS = 4000
+# The innermost frames are kept when a traceback is longer.
+TRACEBACK_MAX_CHARS = 16000
 LEASE_MIN_SECONDS = 1.0
 
 
@@ -105,11 +107,15 @@ class WorkerReports:
 
     async def fail(self, worker_id: str, lease: LeaseRef, error: JobError) -> FailOutcome:
         _check_leases([lease], "lease")
-        message = error.message[:ERROR_MESSAGE_MAX_CHARS].replace("\x00", "")
+        error = JobError(
+            error.category,
+            error.message[:ERROR_MESSAGE_MAX_CHARS].replace("\x00", ""),
+            error.traceback[-TRACEBACK_MAX_CHARS:].replace("\x00", ""),
+        )
         async with self._db.transaction() as conn:
-            outcome = await lease_store.fail_attempt(
-                conn, worker_id=worker_id, lease=lease, error=JobError(error.category, message)
-            )
+            outcome = await lease_store.fail_attempt(conn, worker_id=worker_id, lease=lease, error=error)
+            if not isinstance(outcome, ReportOutcome) and outcome.state is not JobState.CANCELLED:
+                await job_store.record_attempt_error(conn, lease, error)
         if isinstance(outcome, ReportOutcome):
             self._refused("failure", lease, outcome, worker_id)
             raise _refusal(outcome)

@@ -48,6 +48,8 @@ class ReportOutcome(enum.StrEnum):
 class JobError:
     category: ErrorCategory
     message: str
+    # An unclassified exception's bounded traceback (innermost frame last); empty otherwise.
+    traceback: str = ""
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,8 @@ class JobEvent:
     actor: str
     reason: str
     at: datetime
+    # The error of the attempt this transition ended, when it ended by a failure report.
+    error: JobError | None = None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The handler API that job kinds are written against, the built-in kinds and the module loader."""
 
 from shared.handlers.api import (
+    Executor,
     HandlerError,
     HandlerRegistry,
     HandlerSpec,
@@ -8,9 +9,14 @@ from shared.handlers.api import (
     OutcomeUnknownError,
     PermanentError,
     RetryableError,
+    StopSignal,
 )
+from shared.handlers.declaration import JobKinds, decode_payload
 
 __all__ = [
+    "JobKinds",
+    "decode_payload",
+    "Executor",
     "HandlerError",
     "HandlerRegistry",
     "HandlerSpec",
@@ -18,4 +24,5 @@ __all__ = [
     "OutcomeUnknownError",
     "PermanentError",
     "RetryableError",
+    "StopSignal",
 ]

@@ -1,27 +1,38 @@
 """What a job handler sees and how it says that an attempt failed.
 
-A handler is `async def handle(ctx: JobContext) -> bytes`. Returning stores the result; raising one of
-the HandlerError types fails the attempt with that category; any other exception counts as retryable.
-Cancellation (a cancel request, a superseding version, a lost lease or shutdown) arrives as
-asyncio.CancelledError at the handler's next await.
+A handler is `async def handle(ctx: JobContext) -> bytes` or a plain `def handle(ctx) -> bytes`.
+Returning stores the result; raising one of the HandlerError types fails the attempt with that
+category; any other exception counts as retryable. A coroutine handler runs on the worker's event loop
+and must never block it; a plain one runs in the worker's thread pool, or in a child process when its
+kind asks for `executor="process"` (CPU-bound code). Cancellation (a cancel request, a superseding
+version, a lost lease or shutdown) arrives as asyncio.CancelledError at a coroutine handler's next
+await; plain handlers poll `ctx.stop_requested.is_set()` (or block on `ctx.stop_requested.wait_blocking`),
+and a process handler still running after the stop grace is terminated. docs/HANDLERS.md has the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import ErrorCategory, Receipt
+from shared.domain.kinds import (
+    BACKOFF_BASE_SECONDS_DEFAULT,
+    BACKOFF_CAP_SECONDS_DEFAULT,
+    MAX_ATTEMPTS_DEFAULT,
+    Executor,
+    KindPolicy,
+)
 
-MAX_ATTEMPTS_DEFAULT = 3
-# Retry backoff: full jitter in [0, min(cap, base * 2^(attempt-1))] seconds, computed by the database:
-# jobs_retry_backoff, beside jobs_next_state_after_failure, in shared/storage/migrations/*_failure_policy.sql.
-BACKOFF_BASE_SECONDS_DEFAULT = 1.0
-BACKOFF_CAP_SECONDS_DEFAULT = 300.0
+# The retry backoff (full jitter in [0, min(cap, base * 2^(attempt-1))] seconds) is computed by the
+# database: jobs_retry_backoff, beside jobs_next_state_after_failure, in
+# shared/storage/migrations/*_failure_policy.sql.
 # Longer than any wait a retry is worth, and far inside the range of the database's timestamps, which a
 # retry time must fit.
 BACKOFF_CAP_SECONDS_MAX = 30 * 24 * 3600.0
@@ -51,6 +62,29 @@ class OutcomeUnknownError(HandlerError):
     category = ErrorCategory.OUTCOME_UNKNOWN
 
 
+class StopSignal:
+    """Set when the attempt should stop early. Coroutine handlers `await wait()`; plain handlers in a
+    thread poll `is_set()` or call `wait_blocking(timeout)`. Set only from the worker's event loop."""
+
+    def __init__(self) -> None:
+        self._loop_event = asyncio.Event()
+        self._thread_event = threading.Event()
+
+    def set(self) -> None:
+        self._thread_event.set()
+        self._loop_event.set()
+
+    def is_set(self) -> bool:
+        return self._thread_event.is_set()
+
+    async def wait(self) -> bool:
+        return await self._loop_event.wait()
+
+    def wait_blocking(self, timeout: float | None = None) -> bool:
+        """From a plain handler's thread: True once stop was requested, False after `timeout`."""
+        return self._thread_event.wait(timeout)
+
+
 class ReceiptBook(Protocol):
     """Where a context keeps receipts; each write is fenced by the attempt's lease."""
 
@@ -71,8 +105,9 @@ class JobContext:
     max_attempts: int
     # Rises with every claim; pass it to external systems so that they can fence stale writers too.
     fencing_token: FencingToken
-    # Set when the job should stop early (cancel requested, superseded); the task is also cancelled.
-    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set when the job should stop early (cancel requested, superseded, lease lost, shutdown); a
+    # coroutine handler's task is also cancelled.
+    stop_requested: StopSignal = field(default_factory=StopSignal)
     receipt_book: ReceiptBook | None = None
     # The W3C trace context the job was submitted with (None: the submitter sent none), for handlers
     # that pass it on or log it themselves. With OpenTelemetry installed the attempt's span is the
@@ -108,7 +143,7 @@ class JobContext:
         return self.receipt_book
 
 
-Handler = Callable[[JobContext], Awaitable[bytes]]
+Handler = Callable[[JobContext], Awaitable[bytes]] | Callable[[JobContext], bytes]
 
 
 @dataclass(frozen=True)
@@ -122,10 +157,26 @@ class HandlerSpec:
     external_side_effects: bool = False
     backoff_base_seconds: float = BACKOFF_BASE_SECONDS_DEFAULT
     backoff_cap_seconds: float = BACKOFF_CAP_SECONDS_DEFAULT
+    executor: Executor = Executor.ASYNC
+    limit_keys: tuple[str, ...] = ()
+
+    @property
+    def policy(self) -> KindPolicy:
+        """What workers publish for this kind and the API applies to its submissions."""
+        return KindPolicy(
+            self.kind,
+            max_attempts=self.max_attempts,
+            backoff_base_seconds=self.backoff_base_seconds,
+            backoff_cap_seconds=self.backoff_cap_seconds,
+            timeout_seconds=self.timeout_seconds,
+            external_side_effects=self.external_side_effects,
+            limit_keys=self.limit_keys,
+            executor=self.executor,
+        )
 
 
 class HandlerRegistry:
-    """The job kinds a process knows. The API uses it to reject unknown kinds; workers to run them."""
+    """The job kinds a worker replica runs, with the policy it publishes for each."""
 
     def __init__(self) -> None:
         self._specs: dict[str, HandlerSpec] = {}
@@ -139,8 +190,13 @@ class HandlerRegistry:
         external_side_effects: bool = False,
         backoff_base_seconds: float = BACKOFF_BASE_SECONDS_DEFAULT,
         backoff_cap_seconds: float = BACKOFF_CAP_SECONDS_DEFAULT,
+        executor: Executor | str | None = None,
+        limit_keys: tuple[str, ...] | list[str] = (),
     ) -> Callable[[Handler], Handler]:
-        """Decorator registering `handler` for `kind`; a kind registered twice is a programming error."""
+        """Decorator registering `handler` for `kind`. The executor follows the handler's shape (a
+        coroutine function runs on the loop, a plain function in a thread) unless `executor="process"`
+        asks for a child process. Registering a kind twice, or a coroutine for a thread or a process,
+        is a programming error, reported at start rather than at the first job."""
         if not 0 <= backoff_base_seconds < math.inf:
             raise ValueError(f"job kind {kind!r}: backoff_base_seconds must be a finite number of seconds >= 0")
         if not 0 <= backoff_cap_seconds <= BACKOFF_CAP_SECONDS_MAX:
@@ -151,6 +207,9 @@ class HandlerRegistry:
         def decorate(handler: Handler) -> Handler:
             if kind in self._specs:
                 raise ValueError(f"job kind {kind!r} is registered twice")
+            chosen = _executor_for(kind, handler, executor)
+            if max_attempts < 1:
+                raise ValueError(f"job kind {kind!r}: max_attempts must be at least 1")
             self._specs[kind] = HandlerSpec(
                 kind,
                 handler,
@@ -159,6 +218,8 @@ class HandlerRegistry:
                 external_side_effects,
                 backoff_base_seconds,
                 backoff_cap_seconds,
+                chosen,
+                tuple(limit_keys),
             )
             return handler
 
@@ -170,6 +231,21 @@ class HandlerRegistry:
     def kinds(self) -> frozenset[str]:
         return frozenset(self._specs)
 
-    def default_max_attempts(self, kind: str) -> int:
-        spec = self._specs.get(kind)
-        return spec.max_attempts if spec else MAX_ATTEMPTS_DEFAULT
+    def specs(self) -> list[HandlerSpec]:
+        return [self._specs[kind] for kind in sorted(self._specs)]
+
+
+def _executor_for(kind: str, handler: Handler, asked: Executor | str | None) -> Executor:
+    # A callable object (a typed payload's wrapper) is a coroutine handler when its __call__ is one.
+    is_coroutine = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__)
+    if asked is None:
+        return Executor.ASYNC if is_coroutine else Executor.THREAD
+    chosen = Executor(asked)
+    if is_coroutine and chosen is not Executor.ASYNC:
+        raise ValueError(f"job kind {kind!r}: executor {chosen.value!r} needs a plain def handler, not async def")
+    if not is_coroutine and chosen is Executor.ASYNC:
+        raise ValueError(f"job kind {kind!r}: executor 'async' needs an async def handler")
+    name = getattr(inspect.unwrap(handler), "__qualname__", "")
+    if chosen is Executor.PROCESS and ("<locals>" in name or "<lambda>" in name):
+        raise ValueError(f"job kind {kind!r}: a process handler must be a module-level function (it is pickled)")
+    return chosen

@@ -7,6 +7,7 @@ import json
 import re
 from collections import Counter
 
+from shared.domain.kinds import KindPolicy
 from shared.handlers.api import (
     HandlerRegistry,
     JobContext,
@@ -24,6 +25,13 @@ _STOPWORDS = frozenset(
     "a an and are as at be but by for from has have he her his i in is it its of on or our she so "
     "that the their them they this to was we were will with you your not no do does did".split()
 )
+
+
+def builtin_policies() -> list[KindPolicy]:
+    """The built-in kinds' policies, which the API knows before any worker publishes them."""
+    registry = HandlerRegistry()
+    register_builtin_kinds(registry)
+    return [spec.policy for spec in registry.specs()]
 
 
 def register_builtin_kinds(registry: HandlerRegistry) -> None:

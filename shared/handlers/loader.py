@@ -1,4 +1,4 @@
-"""Builds the registry: the built-in kinds plus every module named in JOBS_HANDLER_MODULES."""
+"""Builds a worker's registry: the built-in kinds plus every module named in JOBS_HANDLER_MODULES."""
 
 from __future__ import annotations
 
@@ -7,16 +7,22 @@ from collections.abc import Iterable
 
 from shared.handlers.api import HandlerRegistry
 from shared.handlers.builtin import register_builtin_kinds
+from shared.handlers.declaration import JobKinds
 
 
 def load_registry(module_paths: Iterable[str]) -> HandlerRegistry:
-    """Each user module defines `register(registry: HandlerRegistry) -> None`."""
+    """Each user module defines `register(registry: HandlerRegistry) -> None`, or holds JobKinds at
+    module level (docs/HANDLERS.md), or both."""
     registry = HandlerRegistry()
     register_builtin_kinds(registry)
     for path in module_paths:
         module = importlib.import_module(path)
         register = getattr(module, "register", None)
-        if not callable(register):
-            raise ValueError(f"handler module {path!r} has no register(registry) function")
-        register(registry)
+        declared = [value for value in vars(module).values() if isinstance(value, JobKinds)]
+        if not callable(register) and not declared:
+            raise ValueError(f"handler module {path!r} has no register(registry) function and no JobKinds")
+        if callable(register):
+            register(registry)
+        for kinds in declared:
+            kinds.register(registry)
     return registry

@@ -22,6 +22,7 @@ from shared.domain.jobs import (
     JobPage,
     JobResult,
     JobState,
+    LeaseRef,
     ListFilter,
     NewJob,
     PageCursor,
@@ -308,9 +309,26 @@ async def list_events(
             actor=r["actor"],
             reason=r["reason"],
             at=r["at"],
+            error=JobError(ErrorCategory(r["error_category"]), r["error_message"], r["error_traceback"])
+            if r["error_category"]
+            else None,
         )
         for r in await cur.fetchall()
     ]
+
+
+async def record_attempt_error(conn: Connection, lease: LeaseRef, error: JobError) -> None:
+    """Keeps the error of the attempt that `lease` held, beside the job's history."""
+    await conn.execute(
+        queries.ATTEMPT_ERROR_RECORD,
+        {
+            "job_id": lease.job_id,
+            "fencing_token": lease.fencing_token,
+            "category": error.category.value,
+            "message": error.message,
+            "traceback": error.traceback,
+        },
+    )
 
 
 async def get_by_idempotency_key(conn: Connection, tenant: TenantId, key: str) -> tuple[Job, bytes | None] | None:

@@ -9,6 +9,7 @@ _receipts = load_sql_blocks("receipts.sql")
 _metrics = load_sql_blocks("metrics.sql")
 _session = load_sql_blocks("session.sql")
 _migrations = load_sql_blocks("migrations.sql")
+_kinds = load_sql_blocks("kinds.sql")
 
 JOB_INSERT = _jobs.pop("job_insert")
 JOB_INSERT_MANY = _jobs.pop("job_insert_many")
@@ -42,6 +43,7 @@ RESOURCE_HEAD_GET = _results.pop("resource_head_get")
 RESULT_FOR_RESOURCE_VERSION = _results.pop("result_for_resource_version")
 
 EVENT_LIST = _events.pop("event_list")
+ATTEMPT_ERROR_RECORD = _events.pop("attempt_error_record")
 
 RECEIPT_RECORD_INTENT = _receipts.pop("receipt_record_intent")
 RECEIPT_CONFIRM = _receipts.pop("receipt_confirm")
@@ -55,6 +57,13 @@ SESSION_SCOPE_TIMEOUT = _session.pop("session_scope_timeout")
 SESSION_SCOPE_TENANT_AND_TIMEOUT = _session.pop("session_scope_tenant_and_timeout")
 SESSION_PING = _session.pop("session_ping")
 
+KIND_PUBLISH = _kinds.pop("kind_publish")
+KIND_PUBLISH_BUILTIN = _kinds.pop("kind_publish_builtin")
+KIND_LIST_KNOWN = _kinds.pop("kind_list_known")
+KIND_POLICY_CONFLICTS = _kinds.pop("kind_policy_conflicts")
+KIND_PUBLISHERS_FORGET = _kinds.pop("kind_publishers_forget")
+KIND_RETIRE = _kinds.pop("kind_retire")
+
 MIGRATION_LOCK = _migrations.pop("migration_lock")
 MIGRATION_UNLOCK = _migrations.pop("migration_unlock")
 MIGRATION_TABLE_CREATE = _migrations.pop("migration_table_create")
@@ -62,7 +71,7 @@ MIGRATION_APPLIED_VERSIONS = _migrations.pop("migration_applied_versions")
 MIGRATION_RECORD = _migrations.pop("migration_record")
 
 _unused = sorted(
-    name for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations) for name in blocks
+    name for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations, _kinds) for name in blocks
 )
 if _unused:
     raise RuntimeError(f"SQL blocks without a constant: {_unused}")

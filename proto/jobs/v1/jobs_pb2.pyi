@@ -45,12 +45,14 @@ ERROR_CATEGORY_PERMANENT: ErrorCategory
 ERROR_CATEGORY_OUTCOME_UNKNOWN: ErrorCategory
 
 class JobError(_message.Message):
-    __slots__ = ("category", "message")
+    __slots__ = ("category", "message", "traceback")
     CATEGORY_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     category: ErrorCategory
     message: str
-    def __init__(self, category: _Optional[_Union[ErrorCategory, str]] = ..., message: _Optional[str] = ...) -> None: ...
+    traceback: str
+    def __init__(self, category: _Optional[_Union[ErrorCategory, str]] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("job_id", "kind", "state", "attempts", "max_attempts", "created_at", "run_after", "started_at", "finished_at", "last_error", "cancel_requested", "resource_key", "resource_version", "sequence", "priority", "deadline", "depends_on", "labels", "idempotency_key", "fencing_token")
@@ -270,7 +272,7 @@ class ListJobEventsRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class JobEvent(_message.Message):
-    __slots__ = ("job_id", "sequence", "from_state", "to_state", "attempt", "fencing_token", "actor", "reason", "at")
+    __slots__ = ("job_id", "sequence", "from_state", "to_state", "attempt", "fencing_token", "actor", "reason", "at", "error")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     FROM_STATE_FIELD_NUMBER: _ClassVar[int]
@@ -280,6 +282,7 @@ class JobEvent(_message.Message):
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     AT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     sequence: int
     from_state: JobState
@@ -289,7 +292,8 @@ class JobEvent(_message.Message):
     actor: str
     reason: str
     at: _timestamp_pb2.Timestamp
-    def __init__(self, job_id: _Optional[str] = ..., sequence: _Optional[int] = ..., from_state: _Optional[_Union[JobState, str]] = ..., to_state: _Optional[_Union[JobState, str]] = ..., attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    error: JobError
+    def __init__(self, job_id: _Optional[str] = ..., sequence: _Optional[int] = ..., from_state: _Optional[_Union[JobState, str]] = ..., to_state: _Optional[_Union[JobState, str]] = ..., attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., actor: _Optional[str] = ..., reason: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., error: _Optional[_Union[JobError, _Mapping]] = ...) -> None: ...
 
 class ListJobEventsResponse(_message.Message):
     __slots__ = ("events", "next_page_token")

@@ -1,0 +1,179 @@
+"""Runs a handler where its kind asks: on the event loop, in the bounded thread pool, or in a child
+process. Heartbeats, claims and reports run on the loop, so only coroutine handlers share it."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import multiprocessing.connection
+import traceback
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.synchronize import Event as ProcessEvent
+from typing import Any
+
+from shared.domain.jobs import ErrorCategory
+from shared.handlers.api import (
+    Executor,
+    HandlerError,
+    HandlerSpec,
+    JobContext,
+    OutcomeUnknownError,
+    PermanentError,
+    RetryableError,
+    StopSignal,
+)
+
+# A process handler still running this long after its stop was requested is terminated.
+PROCESS_STOP_GRACE_SECONDS_DEFAULT = 2.0
+PROCESS_KILL_AFTER_SECONDS = 2.0
+_ERRORS_BY_CATEGORY: dict[ErrorCategory, type[HandlerError]] = {
+    ErrorCategory.RETRYABLE: RetryableError,
+    ErrorCategory.PERMANENT: PermanentError,
+    ErrorCategory.OUTCOME_UNKNOWN: OutcomeUnknownError,
+}
+
+
+class HandlerProcessFailed(Exception):
+    """An unclassified exception raised in a handler's child process, or the child's death."""
+
+    def __init__(self, type_name: str, message: str, traceback_text: str = "") -> None:
+        super().__init__(message)
+        self.type_name = type_name
+        self.traceback_text = traceback_text
+
+
+class HandlerExecutors:
+    def __init__(
+        self,
+        *,
+        threads: int,
+        preload_modules: Sequence[str] = (),
+        stop_grace_seconds: float = PROCESS_STOP_GRACE_SECONDS_DEFAULT,
+    ) -> None:
+        self._threads = ThreadPoolExecutor(threads, thread_name_prefix="jobs-handler")
+        # forkserver: children fork from a clean server process (never from this threaded, event-looped
+        # one) with the handler modules already imported, so a child starts in milliseconds.
+        self._processes = multiprocessing.get_context("forkserver")
+        self._processes.set_forkserver_preload(["shared.handlers", *preload_modules])
+        self._stop_grace = stop_grace_seconds
+
+    async def run(self, spec: HandlerSpec, context: JobContext) -> object:
+        if spec.executor is Executor.ASYNC:
+            return await spec.handler(context)  # type: ignore[misc]
+        if spec.executor is Executor.THREAD:
+            return await asyncio.get_running_loop().run_in_executor(self._threads, spec.handler, context)
+        return await self._run_in_process(spec, context)
+
+    def close(self) -> None:
+        """Threads still running a handler that ignored its stop keep running until they return."""
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    async def _run_in_process(self, spec: HandlerSpec, context: JobContext) -> object:
+        receiver, sender = self._processes.Pipe(duplex=False)
+        stop = self._processes.Event()
+        child = self._processes.Process(
+            target=_child_main,
+            args=(sender, spec.handler, _ChildContext.of(context), stop),
+            name=f"jobs-handler-{context.kind}",
+            daemon=True,
+        )
+        child.start()
+        sender.close()
+        try:
+            message = await _receive(receiver, child)
+        except asyncio.CancelledError:
+            stop.set()
+            await self._reap(child)
+            raise
+        finally:
+            receiver.close()
+        await asyncio.get_running_loop().run_in_executor(None, child.join, PROCESS_KILL_AFTER_SECONDS)
+        return _unpack(message)
+
+    async def _reap(self, child: Any) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, child.join, self._stop_grace)
+        if child.exitcode is None:
+            child.terminate()
+            await loop.run_in_executor(None, child.join, PROCESS_KILL_AFTER_SECONDS)
+        if child.exitcode is None:
+            child.kill()
+            await loop.run_in_executor(None, child.join, PROCESS_KILL_AFTER_SECONDS)
+
+
+async def _receive(receiver: multiprocessing.connection.Connection, child: Any) -> tuple:
+    """The child's one message; its death without one is an unclassified failure."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(receiver.fileno(), lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_reader(receiver.fileno())
+    try:
+        return receiver.recv()
+    except EOFError:
+        await loop.run_in_executor(None, child.join, PROCESS_KILL_AFTER_SECONDS)
+        return ("crashed", "HandlerProcessExited", f"the handler's process exited with code {child.exitcode}", "")
+
+
+def _unpack(message: tuple) -> object:
+    status = message[0]
+    if status == "ok":
+        return message[1]
+    if status == "classified":
+        _, category, text = message
+        raise _ERRORS_BY_CATEGORY[ErrorCategory(category)](text)
+    _, type_name, text, traceback_text = message
+    raise HandlerProcessFailed(type_name, text, traceback_text)
+
+
+@dataclass(frozen=True)
+class _ChildContext:
+    """What a process handler's context carries across the process boundary (no receipt book)."""
+
+    fields: dict[str, Any]
+
+    @classmethod
+    def of(cls, context: JobContext) -> _ChildContext:
+        names = ("job_id", "tenant", "kind", "payload", "attempt", "max_attempts", "fencing_token")
+        return cls({name: getattr(context, name) for name in names})
+
+
+class _ProcessStopSignal(StopSignal):
+    """The child's view of the stop request: set by the parent through a process-shared event."""
+
+    def __init__(self, event: ProcessEvent) -> None:
+        self._event = event
+
+    def set(self) -> None:
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> bool:
+        # A process handler is a plain def; an event loop it runs of its own may still wait for the stop.
+        return await asyncio.get_running_loop().run_in_executor(None, self._event.wait)
+
+    def wait_blocking(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
+
+
+def _child_main(sender: Any, handler: Any, child_context: _ChildContext, stop: ProcessEvent) -> None:
+    context = JobContext(**child_context.fields, stop_requested=_ProcessStopSignal(stop))
+    try:
+        result = handler(context)
+        sender.send(("ok", result))
+    except HandlerError as exc:
+        sender.send(("classified", exc.category.value, str(exc) or type(exc).__name__))
+    except BaseException as exc:  # noqa: BLE001 - everything the handler raised goes back to the worker
+        # From the handler's frame on: this function's own frame says nothing about the failure.
+        trace = "".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
+        )
+        sender.send(("crashed", type(exc).__name__, str(exc), trace))
+    finally:
+        sender.close()
