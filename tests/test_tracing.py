@@ -107,7 +107,13 @@ async def _run_worker_until(stack: ServiceStack, registry: HandlerRegistry, trac
 
 def _attempt_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
     found = [s for s in exporter.get_finished_spans() if s.name == f"process {KIND}"]
-    return sorted(found, key=lambda s: s.attributes["jobs.attempt"])
+    return sorted(found, key=_attempt_of)
+
+
+def _attempt_of(span: ReadableSpan) -> int:
+    attempt = (span.attributes or {}).get("jobs.attempt")
+    assert isinstance(attempt, int), f"{span.name} has no jobs.attempt"
+    return attempt
 
 
 async def test_the_first_attempt_is_a_child_of_the_submitter_and_a_retry_links_to_it(
@@ -133,6 +139,7 @@ async def test_the_first_attempt_is_a_child_of_the_submitter_and_a_retry_links_t
         assert (span.attributes["jobs.job_id"], span.attributes["jobs.kind"]) == (job.job_id, KIND)
         assert span.attributes["jobs.attempt"] == attempt
     # The first attempt continues the submitter's trace, its tracestate included.
+    assert first.parent is not None
     assert first.parent.span_id == submitter.span_id and first.parent.is_remote
     assert first.context.trace_id == submitter.trace_id
     assert first.context.trace_state.get("congo") == "t61rcWkgMzE"
@@ -206,8 +213,12 @@ def test_without_opentelemetry_the_worker_runs_jobs_and_hands_the_context_to_the
     assert replay.job.job_id == retried.job_id and not replay.created
     client = service_stack.tenant("acme")
     for job in (retried, malformed):
+
+        def succeeded(job: jobs_pb2.Job = job) -> bool:
+            return client.get(job.job_id).state == jobs_pb2.JOB_STATE_SUCCEEDED
+
         wait_until_sync(
-            lambda job=job: client.get(job.job_id).state == jobs_pb2.JOB_STATE_SUCCEEDED,
+            succeeded,
             timeout=30,
             what=f"job {job.job_id} to succeed",
         )
