@@ -72,7 +72,7 @@ def state_to_proto(state: JobState) -> jobs_pb2.JobState:
     return _STATE_TO_PROTO[state]
 
 
-def trace_context_from_metadata(metadata) -> TraceContext | None:
+def trace_context_from_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> TraceContext | None:
     """W3C trace context from the call's metadata, where OpenTelemetry's gRPC instrumentation (or any
     W3C propagator) puts it; malformed headers are ignored (shared/domain/trace_context.py)."""
     return trace_context_from_headers([(key, value) for key, value in metadata or () if isinstance(value, str)])

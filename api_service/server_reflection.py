@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 from importlib import resources
+from typing import Protocol
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool
@@ -32,7 +33,14 @@ def committed_descriptor_set() -> descriptor_pb2.FileDescriptorSet:
     return descriptor_pb2.FileDescriptorSet.FromString(data)
 
 
-def _copy(file: FileDescriptor) -> descriptor_pb2.FileDescriptorProto:
+class _FileDescriptorLike(Protocol):
+    """The stubs type a generated module's DESCRIPTOR as upb's FileDescriptor, unrelated there to
+    google.protobuf.descriptor's; both copy the same way, which is all _copy needs."""
+
+    def CopyToProto(self, proto: descriptor_pb2.FileDescriptorProto, /) -> None: ...
+
+
+def _copy(file: _FileDescriptorLike) -> descriptor_pb2.FileDescriptorProto:
     proto = descriptor_pb2.FileDescriptorProto()
     file.CopyToProto(proto)
     return proto
@@ -99,7 +107,10 @@ class DescriptorFiles:
 
     def file_containing_extension(self, containing_type: str, number: int) -> str:
         message = self._pool.FindMessageTypeByName(containing_type)
-        return self._pool.FindExtensionByNumber(message, number).file.name
+        extension = self._pool.FindExtensionByNumber(message, number)
+        # types-protobuf's FieldDescriptor omits `file`, which every protobuf implementation sets.
+        file: FileDescriptor = extension.file  # type: ignore[attr-defined]
+        return file.name
 
     def extension_numbers(self, containing_type: str) -> tuple[str, list[int]]:
         message = self._pool.FindMessageTypeByName(containing_type)
@@ -114,7 +125,11 @@ class ServerReflection:
         self._services = sorted({*service_names, REFLECTION_V1, REFLECTION_V1ALPHA})
 
     async def info(
-        self, requests: AsyncIterator[reflection_pb2.ServerReflectionRequest], context: grpc.aio.ServicerContext
+        self,
+        requests: AsyncIterator[reflection_pb2.ServerReflectionRequest],
+        context: grpc.aio.ServicerContext[
+            reflection_pb2.ServerReflectionRequest, reflection_pb2.ServerReflectionResponse
+        ],
     ) -> AsyncIterator[reflection_pb2.ServerReflectionResponse]:
         async for request in requests:
             yield self.answer(request)

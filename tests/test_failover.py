@@ -49,7 +49,7 @@ class Ledger:
     # (tenant, key) -> (job id, monotonic time of the first attempt, of the acknowledgment)
     acknowledged: dict[tuple[str, str], tuple[str, float, float]] = field(default_factory=dict)
     retries: int = 0
-    unexpected: list[tuple[str, str, str]] = field(default_factory=list)
+    unexpected: list[tuple[str, str, str | None]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def count(self, since: float = 0.0) -> int:

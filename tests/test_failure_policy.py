@@ -25,7 +25,7 @@ from shared.storage.database import Database
 from tests import factories
 from tests.conditions import wait_until
 from tests.db_fixtures import SyncProbe
-from worker_service.background_loops import rescue_leases
+from worker_service.background_loops import REJECTED_PASS_OVER_SECONDS, RESCUE_BATCH_LIMIT, rescue_leases
 from worker_service.metrics import WorkerMetrics
 
 pytestmark = pytest.mark.timeout(60)
@@ -78,9 +78,17 @@ def state_of(sync_db: SyncProbe, job_id: JobId) -> JobState:
 
 
 @contextlib.asynccontextmanager
-async def sweeping(db: Database, metrics: WorkerMetrics, **options: float) -> AsyncIterator[None]:
+async def sweeping(
+    db: Database,
+    metrics: WorkerMetrics,
+    *,
+    batch_limit: int = RESCUE_BATCH_LIMIT,
+    pass_over_seconds: float = REJECTED_PASS_OVER_SECONDS,
+) -> AsyncIterator[None]:
     """The worker's sweep loop, running until the block ends."""
-    task = asyncio.create_task(rescue_leases(db, metrics, SWEEP_INTERVAL_SECONDS, **options))
+    task = asyncio.create_task(
+        rescue_leases(db, metrics, SWEEP_INTERVAL_SECONDS, batch_limit=batch_limit, pass_over_seconds=pass_over_seconds)
+    )
     try:
         yield
     finally:

@@ -4,13 +4,14 @@ No database: these are the handler API's own rules."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from dataclasses import dataclass
 
 import pytest
 
 from shared.domain.kinds import Executor
-from shared.handlers import HandlerRegistry, JobContext, JobKinds, PermanentError, decode_payload
+from shared.handlers import HandlerRegistry, HandlerSpec, JobContext, JobKinds, PermanentError, decode_payload
 from shared.handlers.loader import load_registry
 from shared.handlers.testing import run_handler
 from tests import handlers_declared
@@ -27,6 +28,12 @@ def _context(payload: bytes) -> JobContext:
     return JobContext("job-1", "acme", "kind", payload, 1, 3, 1)  # type: ignore[arg-type]
 
 
+def _spec(registry: HandlerRegistry, kind: str) -> HandlerSpec:
+    spec = registry.get(kind)
+    assert spec is not None, f"{kind} is not registered"
+    return spec
+
+
 async def _async_handler(ctx: JobContext) -> bytes:
     return b""
 
@@ -40,8 +47,8 @@ def test_the_executor_follows_the_handler_shape_unless_a_process_is_asked_for():
     registry.register("a")(_async_handler)
     registry.register("t")(_plain_handler)
     registry.register("p", executor="process")(_plain_handler)
-    assert [registry.get(k).executor for k in ("a", "t", "p")] == [Executor.ASYNC, Executor.THREAD, Executor.PROCESS]
-    assert registry.get("p").policy.executor is Executor.PROCESS
+    assert [_spec(registry, k).executor for k in ("a", "t", "p")] == [Executor.ASYNC, Executor.THREAD, Executor.PROCESS]
+    assert _spec(registry, "p").policy.executor is Executor.PROCESS
 
 
 @pytest.mark.parametrize(
@@ -62,16 +69,18 @@ def test_policies_of_equal_registrations_have_equal_digests_and_differ_otherwise
     one.register("k", max_attempts=4)(_plain_handler)
     two.register("k", max_attempts=4)(_plain_handler)
     other.register("k", max_attempts=5)(_plain_handler)
-    assert one.get("k").policy.digest() == two.get("k").policy.digest() != other.get("k").policy.digest()
+    assert _spec(one, "k").policy.digest() == _spec(two, "k").policy.digest() != _spec(other, "k").policy.digest()
 
 
 def test_a_module_with_job_kinds_loads_like_one_with_register():
     registry = load_registry(["tests.handlers_declared", "tests.handlers_for_tests"])
     assert {"greet", "greet.process", "charge", "echo"} <= registry.kinds()
-    assert registry.get("greet").max_attempts == 2
-    assert registry.get("greet").executor is Executor.ASYNC
-    assert registry.get("greet.process").executor is Executor.PROCESS
-    result = asyncio.run(registry.get("greet").handler(_context(b'{"name": "ada", "times": 2}')))
+    assert _spec(registry, "greet").max_attempts == 2
+    assert _spec(registry, "greet").executor is Executor.ASYNC
+    assert _spec(registry, "greet.process").executor is Executor.PROCESS
+    call = _spec(registry, "greet").handler(_context(b'{"name": "ada", "times": 2}'))
+    assert inspect.iscoroutine(call), "an async handler's call is a coroutine"
+    result = asyncio.run(call)
     assert result == b"hello ada hello ada"
 
 

@@ -11,13 +11,14 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import grpc
 import pytest
 from google.protobuf import any_pb2, duration_pb2, timestamp_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from jobs.v1 import jobs_pb2
+from jobs.v1 import jobs_pb2, jobs_pb2_grpc
 from jobsctl.__main__ import main
 from jobsctl.arguments import (
     TIMEOUT_SECONDS_DEFAULT,
@@ -126,6 +127,11 @@ def test_global_options_may_follow_the_command() -> None:
     assert _parse("get", "j").timeout is None, "no --timeout: per-call default, and result --wait waits on"
 
 
+def _call(fake: object, token: str, timeout: float) -> Call:
+    """A Call over a fake that has only the stub methods the command under test calls."""
+    return Call(cast(jobs_pb2_grpc.JobServiceStub, fake), token, timeout)
+
+
 class _ResultStub:
     """WatchJob and GetJobResult of a job that is already SUCCEEDED; records each call's timeout."""
 
@@ -146,11 +152,11 @@ def test_result_wait_waits_until_the_job_settles_unless_a_timeout_is_given(argv,
     stub = _ResultStub()
     args = _parse("result", "--wait", "j", *argv)
     console, _, out_bytes, _ = _console()
-    call = Call(stub, "token", args.timeout or TIMEOUT_SECONDS_DEFAULT)
+    call = _call(stub, "token", args.timeout or TIMEOUT_SECONDS_DEFAULT)
     assert COMMANDS["result"](call, args, console) == 0
     assert out_bytes.getvalue() == b"done"
     watched = stub.timeouts["WatchJob"]
-    assert watched is None if watch_timeout is None else 0 < watched <= watch_timeout
+    assert watched is None if watch_timeout is None else watched is not None and 0 < watched <= watch_timeout
     assert stub.timeouts["GetJobResult"] == (watch_timeout or TIMEOUT_SECONDS_DEFAULT)
 
 
@@ -218,7 +224,7 @@ def test_a_refused_chunk_names_file_lines_and_earlier_chunks_stay_printed(tmp_pa
     stub = _BatchStub(1, _invalid("jobs[1].kind"))
     console, out, _, err = _console()
     args = _parse("submit-batch", str(path), "--chunk-size", "2")
-    assert COMMANDS["submit-batch"](Call(stub, "t", 5.0), args, console) == 2
+    assert COMMANDS["submit-batch"](_call(stub, "t", 5.0), args, console) == 2
     assert stub.chunks == [2, 2], "the chunk after the refused one is not sent"
     assert out.getvalue().split() == ["id-1-0", "id-1-1"]
     assert err.getvalue().splitlines() == [
@@ -232,7 +238,7 @@ def test_a_refused_chunk_names_file_lines_and_earlier_chunks_stay_printed(tmp_pa
 def test_a_lost_answer_says_the_chunk_may_exist_and_a_rerun_is_safe_with_keys(tmp_path) -> None:
     stub = _BatchStub(0, _FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
     console, out, _, err = _console(b'{"kind": "echo", "idempotency_key": "k"}\n')
-    assert COMMANDS["submit-batch"](Call(stub, "t", 5.0), _parse("submit-batch", "-"), console) == 5
+    assert COMMANDS["submit-batch"](_call(stub, "t", 5.0), _parse("submit-batch", "-"), console) == 5
     assert out.getvalue() == ""
     assert "lines 1-1 may or may not have been submitted" in err.getvalue()
     assert "idempotency_key" in err.getvalue()

@@ -178,6 +178,7 @@ def _log_messages(path: Path) -> list[str]:
 def _dev_stack_module(monkeypatch: pytest.MonkeyPatch):
     """scripts/ is no package: the script loaded from its path (dataclasses need it in sys.modules)."""
     spec = importlib.util.spec_from_file_location("dev_stack", REPO_ROOT / "scripts" / "dev_stack.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "dev_stack", module)
     spec.loader.exec_module(module)

@@ -109,5 +109,7 @@ def test_retire_kind_from_the_command_line(database_url: str):
         first, again = retire(), retire()
         assert first.returncode == 0, first.stderr
         assert again.returncode == 1 and "retired already" in again.stderr
-        (retired_by,) = conn.execute("SELECT retired_by FROM job_kinds WHERE kind = 'resize'").fetchone()
+        row = conn.execute("SELECT retired_by FROM job_kinds WHERE kind = 'resize'").fetchone()
+        assert row is not None
+        (retired_by,) = row
     assert retired_by.startswith("operator:")

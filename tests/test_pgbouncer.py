@@ -91,8 +91,8 @@ def _run_the_core(stack: ServiceStack) -> None:
 
     wait_until(all_succeeded, timeout=120, interval=0.2, what="every echo job to succeed")
     for job_id, (client, payload) in submitted.items():
-        result = client.result(job_id)
-        assert (result.payload, result.attempt, result.fencing_token) == (payload, 1, 1)
+        stored = client.result(job_id)
+        assert (stored.payload, stored.attempt, stored.fencing_token) == (payload, 1, 1)
 
     client = stack.tenant("acme")
     later = timestamp_pb2.Timestamp()

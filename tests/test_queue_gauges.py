@@ -166,7 +166,7 @@ class Replicas:
 
 
 async def test_refreshers_of_two_replicas_export_once_and_hand_over(db, database_url) -> None:
-    await factories.insert_jobs(db, 2, tenant="acme")
+    await factories.insert_jobs(db, 2, tenant=TenantId("acme"))
     clock = FakeClock()
     replicas = Replicas(database_url, clock)
     first, second = replicas.refreshers
@@ -196,7 +196,7 @@ async def test_a_replica_whose_session_was_killed_stops_exporting_before_another
     """The exporter's backend is terminated; its replica does not know yet and keeps its snapshot, while
     the other replica takes the freed lock at once. The stale snapshot lapses before the new exporter
     publishes, so at no moment do both export."""
-    await factories.insert_jobs(db, 2, tenant="acme")
+    await factories.insert_jobs(db, 2, tenant=TenantId("acme"))
     clock = FakeClock()
     replicas = Replicas(database_url, clock)
     stale, other = replicas.refreshers
@@ -241,7 +241,7 @@ async def test_a_replica_whose_session_was_killed_stops_exporting_before_another
 async def test_a_snapshot_read_without_the_lock_is_never_published(db, database_url) -> None:
     """The session's connection is alive but the lock is not held on it (released, or a pooler sent the
     statement to another backend): the old snapshot goes at once and no new one is published."""
-    await factories.insert_jobs(db, 1, tenant="acme")
+    await factories.insert_jobs(db, 1, tenant=TenantId("acme"))
     clock = FakeClock()
     replicas = Replicas(database_url, clock)
     exporter, other = replicas.refreshers

@@ -150,7 +150,9 @@ async def test_a_retry_racing_a_newer_versions_submission_never_reopens_the_stal
             what="the retry to finish or to wait for the resource head",
         )
         holder.rollback()
-        submitted, retried = await asyncio.gather(submitting, retrying, return_exceptions=True)
+        # Unpacked in a second step: mypy cannot type the names when they take gather's result directly.
+        outcomes = await asyncio.gather(submitting, retrying, return_exceptions=True)
+        submitted, retried = outcomes
 
     assert not isinstance(submitted, BaseException), submitted
     assert isinstance(retried, FailedPrecondition), f"the stale version was reopened: {retried!r}"

@@ -21,7 +21,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from jobs.v1 import jobs_pb2
 from shared.handlers import HandlerRegistry, JobContext
 from shared.storage.database import Database, PoolSettings
-from tests import handlers_for_tests
+from tests import factories, handlers_for_tests
 from tests.conditions import wait_until
 from tests.process_fixtures import FAST_WORKER_ENV, WORKER_TOKEN, ServiceStack
 from tests.process_fixtures import wait_until as wait_until_sync
@@ -78,6 +78,15 @@ def _traced_registry(provider: TracerProvider) -> HandlerRegistry:
     return registry
 
 
+async def _publish(stack: ServiceStack, registry: HandlerRegistry) -> None:
+    """Publishes the registry's kinds as the in-process worker will, so the API accepts them before it runs."""
+    db = await Database.open(PoolSettings(stack.database_url, min_size=1, max_size=1))
+    try:
+        await factories.published_kinds(db, registry)
+    finally:
+        await db.close()
+
+
 async def _run_worker_until(stack: ServiceStack, registry: HandlerRegistry, tracer: AttemptTracer, done) -> None:
     settings = WorkerSettings.from_env(
         {
@@ -107,14 +116,21 @@ async def _run_worker_until(stack: ServiceStack, registry: HandlerRegistry, trac
 
 def _attempt_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
     found = [s for s in exporter.get_finished_spans() if s.name == f"process {KIND}"]
-    return sorted(found, key=lambda s: s.attributes["jobs.attempt"])
+    return sorted(found, key=_attempt_of)
+
+
+def _attempt_of(span: ReadableSpan) -> int:
+    attempt = (span.attributes or {}).get("jobs.attempt")
+    assert isinstance(attempt, int), f"{span.name} has no jobs.attempt"
+    return attempt
 
 
 async def test_the_first_attempt_is_a_child_of_the_submitter_and_a_retry_links_to_it(
     service_stack: ServiceStack, spans
 ) -> None:
     provider, exporter = spans
-    service_stack.start_api(JOBS_HANDLER_MODULES="tests.handlers_for_tests")
+    service_stack.start_api()
+    await _publish(service_stack, _traced_registry(provider))
     with provider.get_tracer("caller").start_as_current_span("submit", kind=trace.SpanKind.CLIENT) as caller:
         job = await asyncio.to_thread(_submit, service_stack, {"fail_times": 1}, _headers_of(caller))
     submitter = caller.get_span_context()
@@ -133,6 +149,7 @@ async def test_the_first_attempt_is_a_child_of_the_submitter_and_a_retry_links_t
         assert (span.attributes["jobs.job_id"], span.attributes["jobs.kind"]) == (job.job_id, KIND)
         assert span.attributes["jobs.attempt"] == attempt
     # The first attempt continues the submitter's trace, its tracestate included.
+    assert first.parent is not None
     assert first.parent.span_id == submitter.span_id and first.parent.is_remote
     assert first.context.trace_id == submitter.trace_id
     assert first.context.trace_state.get("congo") == "t61rcWkgMzE"
@@ -159,7 +176,8 @@ async def test_a_job_submitted_without_trace_context_gets_a_root_span_per_attemp
     service_stack: ServiceStack, spans
 ) -> None:
     provider, exporter = spans
-    service_stack.start_api(JOBS_HANDLER_MODULES="tests.handlers_for_tests")
+    service_stack.start_api()
+    await _publish(service_stack, _traced_registry(provider))
     job = await asyncio.to_thread(_submit, service_stack, {}, ())
 
     await _run_worker_until(
@@ -182,7 +200,7 @@ def _stored_trace_context(database_url: str, job_id: str) -> tuple[str | None, s
 def test_without_opentelemetry_the_worker_runs_jobs_and_hands_the_context_to_the_handler(
     service_stack: ServiceStack,
 ) -> None:
-    service_stack.start_api(JOBS_HANDLER_MODULES="tests.handlers_for_tests")
+    service_stack.start_api()
     worker = service_stack.start_worker(
         "w-plain", module="tests.worker_without_opentelemetry", JOBS_HANDLER_MODULES="tests.handlers_for_tests"
     )
@@ -206,8 +224,12 @@ def test_without_opentelemetry_the_worker_runs_jobs_and_hands_the_context_to_the
     assert replay.job.job_id == retried.job_id and not replay.created
     client = service_stack.tenant("acme")
     for job in (retried, malformed):
+
+        def succeeded(job: jobs_pb2.Job = job) -> bool:
+            return client.get(job.job_id).state == jobs_pb2.JOB_STATE_SUCCEEDED
+
         wait_until_sync(
-            lambda job=job: client.get(job.job_id).state == jobs_pb2.JOB_STATE_SUCCEEDED,
+            succeeded,
             timeout=30,
             what=f"job {job.job_id} to succeed",
         )

@@ -11,7 +11,7 @@ import pytest
 
 from jobs.v1 import jobs_pb2
 from tests.jobsctl_process import jobsctl
-from tests.process_fixtures import ServiceStack, TenantClient, wait_until
+from tests.process_fixtures import ServiceProcess, ServiceStack, TenantClient, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -46,7 +46,7 @@ def test_a_kind_only_the_workers_load_is_accepted_with_the_policy_they_published
     client = service_stack.tenant("acme")
     with pytest.raises(grpc.RpcError) as unknown:
         client.submit("plain.echo", b"x")
-    assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "kind" in unknown.value.details()
+    assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "kind" in (unknown.value.details() or "")
 
     service_stack.start_worker("w1", **TEST_HANDLERS)
     published = _published(service_stack.database_url)
@@ -73,8 +73,12 @@ def test_replicas_that_disagree_on_a_policy_are_reported(service_stack: ServiceS
         "new", **TEST_HANDLERS, JOBS_KIND_PUBLISH_INTERVAL_SECONDS="0.3", JOBS_TEST_VARIANT_MAX_ATTEMPTS="4"
     )
     for replica in (old, new):
+
+        def conflict_reported(r: ServiceProcess = replica) -> bool:
+            return r.metric_value("jobs_kind_policy_conflicts", {"kind": "variant"}) == 2
+
         wait_until(
-            lambda r=replica: r.metric_value("jobs_kind_policy_conflicts", {"kind": "variant"}) == 2,
+            conflict_reported,
             timeout=30,
             what=f"{replica.name} to report the conflict",
         )
@@ -136,7 +140,9 @@ def test_a_cancel_reaches_a_plain_handler_and_terminates_a_stubborn_process(
     ]
     for job_id in jobs:
         _running(client, job_id)
-    pid = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), timeout=30, what="the child's pid"))
+    pid = int(
+        wait_until(lambda: pid_file.read_text() if pid_file.exists() else None, timeout=30, what="the child's pid")
+    )
     for job_id in jobs:
         client.stub.CancelJob(jobs_pb2.CancelJobRequest(job_id=job_id, reason="test"), metadata=client.metadata)
     for job_id in jobs:
@@ -237,7 +243,7 @@ def test_worker_probes_tell_a_blocked_loop_and_a_lost_api(service_stack: Service
     client = service_stack.tenant("acme")
     client.submit("poison.hang")  # blocks the worker's event loop for seconds
     status, why = wait_until(
-        lambda: (p := _probe(worker, "/livez"))[0] == 503 and p, timeout=30, what="liveness to fail"
+        lambda: p if (p := _probe(worker, "/livez"))[0] == 503 else None, timeout=30, what="liveness to fail"
     )
     assert why.startswith("event loop blocked for")
     wait_until(lambda: _probe(worker, "/livez") == (200, "ok"), timeout=30, what="liveness to recover")

@@ -14,8 +14,8 @@ from multiprocessing.synchronize import Event as ProcessEvent
 from typing import Any
 
 from shared.domain.jobs import ErrorCategory
+from shared.domain.kinds import Executor
 from shared.handlers.api import (
-    Executor,
     HandlerError,
     HandlerSpec,
     JobContext,
@@ -103,23 +103,29 @@ class HandlerExecutors:
             await loop.run_in_executor(None, child.join, PROCESS_KILL_AFTER_SECONDS)
 
 
-async def _receive(receiver: multiprocessing.connection.Connection, child: Any) -> tuple:
+async def _receive(receiver: multiprocessing.connection.Connection, child: Any) -> tuple[Any, ...]:
     """The child's one message; its death without one is an unclassified failure."""
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[None] = loop.create_future()
-    loop.add_reader(receiver.fileno(), lambda: ready.done() or ready.set_result(None))
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(receiver.fileno(), wake)
     try:
         await ready
     finally:
         loop.remove_reader(receiver.fileno())
     try:
-        return receiver.recv()
+        message: tuple[Any, ...] = receiver.recv()  # the child sends only tuples (_child_main)
+        return message
     except EOFError:
         await loop.run_in_executor(None, child.join, PROCESS_KILL_AFTER_SECONDS)
         return ("crashed", "HandlerProcessExited", f"the handler's process exited with code {child.exitcode}", "")
 
 
-def _unpack(message: tuple) -> object:
+def _unpack(message: tuple[Any, ...]) -> object:
     status = message[0]
     if status == "ok":
         return message[1]

@@ -72,7 +72,8 @@ class _QuietHandler(WSGIRequestHandler):
 
 def start_health_server(host: str, port: int, registry: CollectorRegistry, health: WorkerHealth) -> None:
     """Serves /metrics, /livez and /readyz on a daemon thread."""
-    metrics = make_wsgi_app(registry)
+    # prometheus_client annotates its app as a bare Callable; this is the WSGI signature it implements.
+    metrics: Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]] = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")

@@ -545,8 +545,8 @@ def _bounded_traceback(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     while frames and frames[0].filename.startswith(_MACHINERY_PATHS):
         frames.pop(0)
-    frames = frames[-TRACEBACK_FRAMES_MAX:]
-    return "".join([*traceback.StackSummary.from_list(frames).format(), *traceback.format_exception_only(exc)])
+    innermost = frames[-TRACEBACK_FRAMES_MAX:]
+    return "".join([*traceback.StackSummary.from_list(innermost).format(), *traceback.format_exception_only(exc)])
 
 
 def _as_bytes(value: object) -> bytes:

@@ -1,7 +1,7 @@
 """The handler API that job kinds are written against, the built-in kinds and the module loader."""
 
+from shared.domain.kinds import Executor
 from shared.handlers.api import (
-    Executor,
     HandlerError,
     HandlerRegistry,
     HandlerSpec,

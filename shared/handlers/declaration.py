@@ -75,7 +75,7 @@ class _TypedHandler:
 
 @dataclasses.dataclass(frozen=True)
 class _AsyncTypedHandler(_TypedHandler):
-    async def __call__(self, ctx: JobContext) -> Any:  # type: ignore[override]
+    async def __call__(self, ctx: JobContext) -> Any:
         return await self.handler(ctx, decode_payload(ctx.payload, self.payload_type))
 
 
@@ -124,7 +124,7 @@ def _decode_dataclass(value: Any, cls: type, path: str) -> Any:
     if not isinstance(value, dict):
         raise PermanentError(f"{path}: must be a JSON object")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(value) - set(fields))
     if unknown:
         raise PermanentError(f"{path}.{unknown[0]}: is not a field of {cls.__name__}")
