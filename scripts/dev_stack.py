@@ -359,7 +359,7 @@ def _wait_until_serving(stack: Stack, started: float) -> None:
 
 
 def _wait_for_workers(stack: Stack) -> None:
-    """A worker is up once its metrics endpoint answers."""
+    """A worker is up once it says it is ready: working, with the database and the API in reach."""
     deadline = time.monotonic() + SERVING_TIMEOUT_SECONDS
     waiting = list(stack.addresses.worker_metrics)
     while waiting:
@@ -367,7 +367,7 @@ def _wait_for_workers(stack: Stack) -> None:
         if time.monotonic() > deadline:
             logs = _shown(stack.paths.logs)
             raise StackError(f"workers not up within {SERVING_TIMEOUT_SECONDS:.0f}s; see {logs}/worker-*.log")
-        if _http_answers(f"http://{waiting[0]}/metrics"):
+        if _http_answers(f"http://{waiting[0]}/readyz"):
             waiting.pop(0)
         else:
             time.sleep(POLL_SECONDS)

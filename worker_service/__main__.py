@@ -28,6 +28,11 @@ log = logging.getLogger("worker_service")
 
 
 async def run(settings: WorkerSettings) -> None:
+    # First of all: a SIGTERM that arrives while the replica starts up is a stop, drained like any other.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     registry = load_registry(settings.handler_modules)
     metrics = WorkerMetrics(settings.metrics_tenant_limit)
     health = WorkerHealth(stall_seconds=settings.liveness_stall_seconds)
@@ -55,10 +60,6 @@ async def run(settings: WorkerSettings) -> None:
     # Before the first claim: the API accepts a kind only once some worker has published it.
     await publisher.publish()
     api = ApiClient(settings.api_target, settings.worker_token, settings.worker_id, settings.tls)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     log.info(
         "worker %s: %d slots, lease %.0fs, kinds %s",
         settings.worker_id,
