@@ -1,8 +1,9 @@
 """The job kinds the API accepts and the policy it applies to each, as the workers published them.
 
 The API imports no user code. It reads the published kinds from the database and keeps them for at
-most `max_staleness_seconds`; a kind it has not seen yet is looked up again at once (at most once per
-`miss_refresh_seconds`), so a worker's new kind is accepted as soon as it is published.
+most `max_staleness_seconds`. A kind it has not seen is looked up again before the submission is
+refused, so a worker's new kind is accepted as soon as it is published; such lookups run at most once per
+`miss_refresh_seconds` (a flood of unknown kinds waits for the next one rather than querying each time).
 """
 
 from __future__ import annotations
@@ -37,10 +38,15 @@ class KindCatalog:
     async def known(self, *kinds: str) -> Mapping[str, KindPolicy]:
         """The kinds in force: fresh within the staleness bound, and looked up again when one of
         `kinds` is missing (a newly published kind)."""
-        age = time.monotonic() - self._loaded_at
+        asked_at = time.monotonic()
+        age = asked_at - self._loaded_at
         missing = any(kind not in self._known for kind in kinds)
-        if age > self._max_staleness or (missing and age > self._miss_refresh):
-            await self._reload(self._loaded_at)
+        if missing and age <= self._miss_refresh:
+            # A refusal read from a list loaded before the kind's publication would be wrong: wait for
+            # the next lookup instead.
+            await asyncio.sleep(self._miss_refresh - age)
+        if missing or age > self._max_staleness:
+            await self._reload(asked_at)
         return self._known
 
     def policy(self, kind: str) -> KindPolicy:
@@ -48,10 +54,11 @@ class KindCatalog:
         defaults rather than failing a submission that was already validated."""
         return self._known.get(kind) or KindPolicy(kind)
 
-    async def _reload(self, seen_loaded_at: float) -> None:
+    async def _reload(self, asked_at: float) -> None:
         async with self._lock:
-            if self._loaded_at != seen_loaded_at:
-                return  # another caller reloaded while this one waited
+            if self._loaded_at >= asked_at:
+                return  # another caller's lookup started after this one asked: its answer will do
+            started = time.monotonic()
             async with self._db.transaction() as conn:
                 known = await kind_store.list_known(conn)
-            self._known, self._loaded_at = known, time.monotonic()
+            self._known, self._loaded_at = known, started
