@@ -195,7 +195,7 @@ def test_the_example_handler_package_installs_and_its_kinds_load(tmp_path: Path)
         "from shared.handlers.loader import load_registry\n"
         "r = load_registry(['example_handlers'])\n"
         "print(sorted(k for k in r.kinds() if k.startswith('example.')), r.get('example.digest').executor.value,"
-        " r.get('example.thumbnail').limit_keys)\n"
+        " r.get('example.thumbnail').policy.limit_keys)\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(REPO_ROOT)])}
     done = subprocess.run(

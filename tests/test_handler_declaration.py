@@ -75,7 +75,7 @@ def test_policies_of_equal_registrations_have_equal_digests_and_differ_otherwise
 def test_a_module_with_job_kinds_loads_like_one_with_register():
     registry = load_registry(["tests.handlers_declared", "tests.handlers_for_tests"])
     assert {"greet", "greet.process", "charge", "echo"} <= registry.kinds()
-    assert _spec(registry, "greet").max_attempts == 2
+    assert _spec(registry, "greet").policy.max_attempts == 2
     assert _spec(registry, "greet").executor is Executor.ASYNC
     assert _spec(registry, "greet.process").executor is Executor.PROCESS
     call = _spec(registry, "greet").handler(_context(b'{"name": "ada", "times": 2}'))

@@ -323,16 +323,16 @@ class Worker:
     async def _invoke(self, spec: HandlerSpec | None, context: JobContext) -> bytes:
         if spec is None:
             raise PermanentError(f"no handler for kind {context.kind!r} in this replica")
-        if spec.timeout_seconds is None:
+        if spec.policy.timeout_seconds is None:
             return _as_bytes(await self._executors.run(spec, context))
         try:
-            async with asyncio.timeout(spec.timeout_seconds) as scope:
+            async with asyncio.timeout(spec.policy.timeout_seconds) as scope:
                 return _as_bytes(await self._executors.run(spec, context))
         except TimeoutError:
             if not scope.expired():
                 raise
-            message = f"timed out after {spec.timeout_seconds:g}s"
-            if spec.external_side_effects:
+            message = f"timed out after {spec.policy.timeout_seconds:g}s"
+            if spec.policy.external_side_effects:
                 raise _AttemptTimedOut(JobError(ErrorCategory.OUTCOME_UNKNOWN, message)) from None
             raise _AttemptTimedOut(_unless_unconfirmed(message, context)) from None
 

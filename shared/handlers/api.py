@@ -148,31 +148,17 @@ Handler = Callable[[JobContext], Awaitable[bytes]] | Callable[[JobContext], byte
 
 @dataclass(frozen=True)
 class HandlerSpec:
-    kind: str
     handler: Handler
-    max_attempts: int = MAX_ATTEMPTS_DEFAULT
-    # Longest one attempt may run; None means only the lease bounds it.
-    timeout_seconds: float | None = None
-    # True for kinds that call out to systems which may act on a request whose answer was lost.
-    external_side_effects: bool = False
-    backoff_base_seconds: float = BACKOFF_BASE_SECONDS_DEFAULT
-    backoff_cap_seconds: float = BACKOFF_CAP_SECONDS_DEFAULT
-    executor: Executor = Executor.ASYNC
-    limit_keys: tuple[str, ...] = ()
+    # What workers publish for this kind and the API applies to its submissions.
+    policy: KindPolicy
 
     @property
-    def policy(self) -> KindPolicy:
-        """What workers publish for this kind and the API applies to its submissions."""
-        return KindPolicy(
-            self.kind,
-            max_attempts=self.max_attempts,
-            backoff_base_seconds=self.backoff_base_seconds,
-            backoff_cap_seconds=self.backoff_cap_seconds,
-            timeout_seconds=self.timeout_seconds,
-            external_side_effects=self.external_side_effects,
-            limit_keys=self.limit_keys,
-            executor=self.executor,
-        )
+    def kind(self) -> str:
+        return self.policy.kind
+
+    @property
+    def executor(self) -> Executor:
+        return self.policy.executor
 
 
 class HandlerRegistry:
@@ -211,15 +197,17 @@ class HandlerRegistry:
             if max_attempts < 1:
                 raise ValueError(f"job kind {kind!r}: max_attempts must be at least 1")
             self._specs[kind] = HandlerSpec(
-                kind,
                 handler,
-                max_attempts,
-                timeout_seconds,
-                external_side_effects,
-                backoff_base_seconds,
-                backoff_cap_seconds,
-                chosen,
-                tuple(limit_keys),
+                KindPolicy(
+                    kind,
+                    max_attempts=max_attempts,
+                    backoff_base_seconds=backoff_base_seconds,
+                    backoff_cap_seconds=backoff_cap_seconds,
+                    timeout_seconds=timeout_seconds,
+                    external_side_effects=external_side_effects,
+                    limit_keys=tuple(limit_keys),
+                    executor=chosen,
+                ),
             )
             return handler
 
