@@ -189,6 +189,25 @@ CREATE FUNCTION public.jobs_tenant_visible(row_tenant text) RETURNS boolean
     LANGUAGE sql STABLE
     AS $$ SELECT row_tenant = coalesce(nullif(current_setting('jobs.tenant', true), ''), row_tenant) $$;
 
+CREATE TABLE public.admin_actions (
+    action_id bigint NOT NULL,
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    actor text NOT NULL,
+    action text NOT NULL,
+    target text DEFAULT ''::text NOT NULL,
+    reason text DEFAULT ''::text NOT NULL,
+    details jsonb DEFAULT '{}'::jsonb NOT NULL
+);
+
+ALTER TABLE public.admin_actions ALTER COLUMN action_id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.admin_actions_action_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.job_attempt_errors (
     job_id uuid NOT NULL,
     tenant text NOT NULL,
@@ -241,6 +260,19 @@ CREATE TABLE public.job_kinds (
     CONSTRAINT job_kinds_backoff_cap_seconds_check CHECK ((backoff_cap_seconds >= (0)::double precision)),
     CONSTRAINT job_kinds_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT job_kinds_timeout_seconds_check CHECK ((timeout_seconds > (0)::double precision))
+);
+
+CREATE TABLE public.job_limits (
+    key text NOT NULL,
+    max_running integer DEFAULT 0 NOT NULL,
+    rate_per_second double precision DEFAULT 0 NOT NULL,
+    burst integer DEFAULT 1 NOT NULL,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    updated_by text NOT NULL,
+    CONSTRAINT job_limits_burst_check CHECK ((burst >= 1)),
+    CONSTRAINT job_limits_key_check CHECK (((length(key) >= 1) AND (length(key) <= 200))),
+    CONSTRAINT job_limits_max_running_check CHECK ((max_running >= 0)),
+    CONSTRAINT job_limits_rate_per_second_check CHECK (((rate_per_second >= (0)::double precision) AND (rate_per_second < 'Infinity'::double precision)))
 );
 
 CREATE TABLE public.job_receipts (
@@ -309,6 +341,13 @@ CREATE TABLE public.jobs (
 )
 WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.02', autovacuum_analyze_scale_factor='0.02');
 
+CREATE TABLE public.kind_pauses (
+    kind text NOT NULL,
+    paused_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    paused_by text NOT NULL,
+    reason text DEFAULT ''::text NOT NULL
+);
+
 CREATE TABLE public.resource_heads (
     tenant text NOT NULL,
     resource_key text NOT NULL,
@@ -322,6 +361,17 @@ CREATE TABLE public.schema_migrations (
     applied_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
 
+CREATE TABLE public.tenant_weights (
+    tenant text NOT NULL,
+    weight integer NOT NULL,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    updated_by text NOT NULL,
+    CONSTRAINT tenant_weights_weight_check CHECK (((weight >= 1) AND (weight <= 10000)))
+);
+
+ALTER TABLE ONLY public.admin_actions
+    ADD CONSTRAINT admin_actions_pkey PRIMARY KEY (action_id);
+
 ALTER TABLE ONLY public.job_attempt_errors
     ADD CONSTRAINT job_attempt_errors_pkey PRIMARY KEY (job_id, fencing_token);
 
@@ -333,6 +383,9 @@ ALTER TABLE ONLY public.job_kind_publishers
 
 ALTER TABLE ONLY public.job_kinds
     ADD CONSTRAINT job_kinds_pkey PRIMARY KEY (kind);
+
+ALTER TABLE ONLY public.job_limits
+    ADD CONSTRAINT job_limits_pkey PRIMARY KEY (key);
 
 ALTER TABLE ONLY public.job_receipts
     ADD CONSTRAINT job_receipts_pkey PRIMARY KEY (job_id, attempt, step);
@@ -349,11 +402,19 @@ ALTER TABLE public.jobs
 ALTER TABLE public.jobs
     ADD CONSTRAINT jobs_tracestate_bounded CHECK (((tracestate IS NULL) OR ((traceparent IS NOT NULL) AND (length(tracestate) <= 512)))) NOT VALID;
 
+ALTER TABLE ONLY public.kind_pauses
+    ADD CONSTRAINT kind_pauses_pkey PRIMARY KEY (kind);
+
 ALTER TABLE ONLY public.resource_heads
     ADD CONSTRAINT resource_heads_pkey PRIMARY KEY (tenant, resource_key);
 
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY public.tenant_weights
+    ADD CONSTRAINT tenant_weights_pkey PRIMARY KEY (tenant);
+
+CREATE INDEX admin_actions_at_idx ON public.admin_actions USING btree (at);
 
 CREATE INDEX job_kind_publishers_seen_idx ON public.job_kind_publishers USING btree (last_seen_at);
 
@@ -460,6 +521,8 @@ GRANT ALL ON FUNCTION public.jobs_delete_finished(job_ids uuid[], retention_seco
 REVOKE ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) TO jobs_worker;
 
+GRANT SELECT,INSERT ON TABLE public.admin_actions TO jobs_api;
+
 GRANT SELECT,INSERT ON TABLE public.job_attempt_errors TO jobs_api;
 
 GRANT SELECT,INSERT ON TABLE public.job_events TO jobs_api;
@@ -470,6 +533,9 @@ GRANT SELECT ON TABLE public.job_kind_publishers TO jobs_api;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.job_kinds TO jobs_worker;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.job_kinds TO jobs_api;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.job_limits TO jobs_api;
+GRANT SELECT ON TABLE public.job_limits TO jobs_worker;
 
 GRANT SELECT ON TABLE public.job_receipts TO jobs_api;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.job_receipts TO jobs_worker;
@@ -503,4 +569,10 @@ GRANT UPDATE(transition_actor) ON TABLE public.jobs TO jobs_worker;
 
 GRANT UPDATE(transition_reason) ON TABLE public.jobs TO jobs_worker;
 
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.kind_pauses TO jobs_api;
+GRANT SELECT ON TABLE public.kind_pauses TO jobs_worker;
+
 GRANT SELECT,INSERT,UPDATE ON TABLE public.resource_heads TO jobs_api;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.tenant_weights TO jobs_api;
+GRANT SELECT ON TABLE public.tenant_weights TO jobs_worker;
