@@ -203,7 +203,7 @@ class Database:
         try:
             async with self._pool.connection(timeout=timeout_seconds) as conn:
                 row = await (await conn.execute(queries.SESSION_PING)).fetchone()
-            return bool(row and row[0])
+            return bool(row and row["writable"])
         except (psycopg.Error, PoolTimeout, OSError):
             return False
 
