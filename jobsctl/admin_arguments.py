@@ -109,7 +109,8 @@ def _add_admin(group: argparse.ArgumentParser, parents: list[argparse.ArgumentPa
             name,
             help=text,
             description="First --dry-run: it prints how many jobs match. Then run it again with --expected-count "
-            "set to that count: when more jobs match by then, nothing is done.",
+            "set to that count: when more jobs match by then, nothing is done. The call may take about a "
+            "millisecond per job; it waits up to 900 s unless --timeout says otherwise.",
         )
         _add_filter(bulk)
         bulk.add_argument("--reason", required=True, help=_REASON_HELP)

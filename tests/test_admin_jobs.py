@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -16,7 +17,8 @@ from shared.domain.admin import Actor, BulkRequest, JobFilter, LimitSpec
 from shared.domain.errors import FailedPrecondition, InvalidArgument
 from shared.domain.ids import TenantId
 from shared.domain.jobs import JobState
-from shared.storage import admin_store, job_store
+from shared.domain.kinds import KindPolicy
+from shared.storage import admin_store, job_store, kind_store
 from shared.storage.database import Database, PoolSettings
 from tests import factories
 from tests.database_roles import ServiceLogins
@@ -122,3 +124,19 @@ async def test_a_bad_limit_names_its_field(api_db, spec: LimitSpec, field: str) 
     with pytest.raises(InvalidArgument) as refused:
         await AdminConfig(api_db).set_limit(OPS, spec, "reason")
     assert field in [v.field for v in refused.value.violations]
+
+
+async def test_list_kinds_shows_publishers_conflicts_and_pauses(api_db, db) -> None:
+    now = datetime.now(UTC)
+    async with db.transaction() as conn:
+        await kind_store.publish(conn, "w1", now, [KindPolicy("variant", max_attempts=2)])
+        await kind_store.publish(conn, "w2", now, [KindPolicy("variant", max_attempts=5)])
+        await kind_store.publish(conn, "w1", now, [KindPolicy("steady")])
+    config = AdminConfig(api_db)
+    await config.pause_kind(OPS, "steady", "provider outage")
+    kinds = {k.policy.kind: k for k in await config.list_kinds()}
+    assert (kinds["variant"].publishers, kinds["variant"].policy_conflict) == (("w1", "w2"), True)
+    assert (kinds["steady"].publishers, kinds["steady"].policy_conflict) == (("w1",), False)
+    steady = kinds["steady"].pause
+    assert steady is not None and (steady.paused_by, steady.reason) == ("admin:ops", "provider outage")
+    assert kinds["variant"].pause is None
