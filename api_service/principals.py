@@ -16,6 +16,10 @@ from shared.env_settings import SettingsError
 class Role(StrEnum):
     TENANT = "tenant"
     WORKER = "worker"
+    # An operator: AdminService only, across tenants, every change recorded with its name.
+    ADMIN = "admin"
+    # An operator's console or an auditor: AdminService's reads only.
+    ADMIN_READONLY = "admin-readonly"
 
 
 @dataclass(frozen=True)
@@ -23,7 +27,7 @@ class Principal:
     role: Role
     # Set for tenant callers only; every JobService call is scoped to it.
     tenant: TenantId | None
-    # For the job history: "tenant:acme" or "worker:<name>".
+    # For the job history: "tenant:acme", "worker:<name>" or "admin:<name>".
     name: str
 
 
@@ -88,4 +92,10 @@ def _parse_entry(index: int, raw: dict[str, object]) -> _Entry:
         return _Entry(digest, Principal(Role.WORKER, None, f"worker:{name}"))
     if role == Role.TENANT and isinstance(tenant, str) and tenant:
         return _Entry(digest, Principal(Role.TENANT, TenantId(tenant), f"tenant:{tenant}"))
-    raise SettingsError(f'{where}: needs either tenant = "<name>" or role = "worker"')
+    if role in (Role.ADMIN, Role.ADMIN_READONLY) and not tenant:
+        # The name is what job histories and admin_actions record as "who": one per person or console.
+        name = str(raw.get("name", "operator"))
+        return _Entry(digest, Principal(Role(str(role)), None, f"admin:{name}"))
+    raise SettingsError(
+        f'{where}: needs either tenant = "<name>" or role = "worker", "admin" or "admin-readonly" (without a tenant)'
+    )

@@ -10,6 +10,7 @@ _metrics = load_sql_blocks("metrics.sql")
 _session = load_sql_blocks("session.sql")
 _migrations = load_sql_blocks("migrations.sql")
 _kinds = load_sql_blocks("kinds.sql")
+_admin = load_sql_blocks("admin.sql")
 
 JOB_INSERT = _jobs.pop("job_insert")
 JOB_INSERT_MANY = _jobs.pop("job_insert_many")
@@ -64,6 +65,19 @@ KIND_POLICY_CONFLICTS = _kinds.pop("kind_policy_conflicts")
 KIND_PUBLISHERS_FORGET = _kinds.pop("kind_publishers_forget")
 KIND_RETIRE = _kinds.pop("kind_retire")
 
+LIMIT_SET = _admin.pop("limit_set")
+LIMIT_DELETE = _admin.pop("limit_delete")
+LIMIT_LIST = _admin.pop("limit_list")
+TENANT_WEIGHT_SET = _admin.pop("tenant_weight_set")
+TENANT_WEIGHT_LIST = _admin.pop("tenant_weight_list")
+KIND_PAUSE = _admin.pop("kind_pause")
+KIND_RESUME = _admin.pop("kind_resume")
+KIND_STATUS_LIST = _admin.pop("kind_status_list")
+ADMIN_ACTION_RECORD = _admin.pop("admin_action_record")
+ADMIN_JOB_SEARCH = _admin.pop("admin_job_search")
+ADMIN_JOB_MATCH = _admin.pop("admin_job_match")
+ADMIN_JOB_TENANT = _admin.pop("admin_job_tenant")
+
 MIGRATION_LOCK = _migrations.pop("migration_lock")
 MIGRATION_UNLOCK = _migrations.pop("migration_unlock")
 MIGRATION_TABLE_CREATE = _migrations.pop("migration_table_create")
@@ -71,7 +85,9 @@ MIGRATION_APPLIED_VERSIONS = _migrations.pop("migration_applied_versions")
 MIGRATION_RECORD = _migrations.pop("migration_record")
 
 _unused = sorted(
-    name for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations, _kinds) for name in blocks
+    name
+    for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations, _kinds, _admin)
+    for name in blocks
 )
 if _unused:
     raise RuntimeError(f"SQL blocks without a constant: {_unused}")
