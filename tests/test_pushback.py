@@ -3,8 +3,9 @@ waits until the time given; a retry hint replaces the backoff; batch reports ans
 
 from __future__ import annotations
 
+import pickle
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -26,6 +27,7 @@ from shared.domain.jobs import (
     ReportOutcome,
     RetryHint,
 )
+from shared.handlers import PushedBack, RetryableError
 from shared.storage import receipt_store
 from shared.storage.database import Database
 from tests import factories
@@ -203,3 +205,23 @@ async def test_a_batch_naming_a_job_twice_is_invalid(db, reports):
     report = ReleaseReport(lease_of(claimed), False, "x")
     with pytest.raises(InvalidArgument):
         await reports.release_many(WORKER_ID, [report, report])
+
+
+def test_a_pushback_names_exactly_one_wait():
+    with pytest.raises(ValueError):
+        PushedBack("x")
+    with pytest.raises(ValueError):
+        PushedBack("x", retry_after=1, until=datetime.now(UTC))
+    with pytest.raises(ValueError):
+        PushedBack("x", until=datetime(2030, 1, 1))  # naive: whose clock?
+    with pytest.raises(ValueError):
+        RetryableError("x", retry_after=-1)
+
+
+def test_hints_survive_the_trip_from_a_process_handler():
+    until = datetime(2030, 1, 1, tzinfo=UTC)
+    pushed = pickle.loads(pickle.dumps(PushedBack("429", until=until, key="provider:x")))
+    assert (str(pushed), pushed.until, pushed.key, pushed.retry_after_seconds) == ("429", until, "provider:x", None)
+    assert pushed.wait_seconds(until - timedelta(seconds=5)) == 5
+    retry = pickle.loads(pickle.dumps(RetryableError("busy", retry_after=timedelta(minutes=1))))
+    assert (str(retry), retry.retry_after_seconds) == ("busy", 60)
