@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -136,7 +136,6 @@ class WorkerUnderTest:
     stop: asyncio.Event
     task: asyncio.Task[None]
     metrics: WorkerMetrics
-    records: list[SignalRecord] = field(default_factory=list)
 
     async def wait_for(self, matches: Callable[[SignalRecord], bool], what: str) -> SignalRecord:
         try:
@@ -146,7 +145,11 @@ class WorkerUnderTest:
             pytest.fail(f"no signal: {what}; seen {self.signals.records}")
 
     async def reported(self, job_id: str) -> SignalRecord:
-        return await self.wait_for(lambda r: r.signal is Signal.REPORTED and r.job_id == job_id, f"{job_id} reported")
+        """The API's answer to the job's report; fails at once when the report never got through."""
+        ended = {Signal.REPORTED, Signal.UNREPORTED}
+        record = await self.wait_for(lambda r: r.signal in ended and r.job_id == job_id, f"{job_id} reported")
+        assert record.signal is Signal.REPORTED, f"not reported: {record.detail}"
+        return record
 
     async def stopped(self) -> None:
         self.stop.set()
