@@ -18,6 +18,8 @@ from shared.domain.ids import FencingToken, JobId
 from shared.domain.jobs import (
     Completion,
     ErrorCategory,
+    FailOutcome,
+    FailureReport,
     Job,
     JobError,
     JobEvent,
@@ -28,7 +30,9 @@ from shared.domain.jobs import (
     ListFilter,
     NewJob,
     PageCursor,
+    ReleaseReport,
     ReportOutcome,
+    RetryHint,
 )
 from shared.domain.trace_context import TraceContext, trace_context_from_headers
 
@@ -251,3 +255,47 @@ def job_error_from_proto(error: jobs_pb2.JobError) -> JobError:
 
 def outcome_to_proto(outcome: ReportOutcome) -> worker_pb2.ReportOutcome:
     return _OUTCOME_TO_PROTO[outcome]
+
+
+def failure_from_proto(request: worker_pb2.FailJobRequest) -> FailureReport:
+    """A pushback needs no category (it is not a failure); any other report does."""
+    lease = LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token))
+    if request.pushed_back and request.error.category == jobs_pb2.ERROR_CATEGORY_UNSPECIFIED:
+        error = JobError(ErrorCategory.RETRYABLE, request.error.message, request.error.traceback)
+    else:
+        error = job_error_from_proto(request.error)
+    hint = None
+    if request.pushed_back or request.HasField("retry_after"):
+        after = duration_seconds(request.retry_after) if request.HasField("retry_after") else 0.0
+        hint = RetryHint(after, request.pushed_back, request.limit_key or None)
+    return FailureReport(lease, error, hint)
+
+
+def release_from_proto(request: worker_pb2.ReleaseJobRequest) -> ReleaseReport:
+    lease = LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token))
+    return ReleaseReport(lease, request.started, request.reason)
+
+
+def fail_response_to_proto(outcome: FailOutcome) -> worker_pb2.FailJobResponse:
+    return worker_pb2.FailJobResponse(
+        state=state_to_proto(outcome.state), next_attempt_at=_timestamp(outcome.next_attempt_at)
+    )
+
+
+def failure_outcome_to_proto(job_id: str, outcome: FailOutcome | ReportOutcome) -> worker_pb2.FailureOutcome:
+    if isinstance(outcome, ReportOutcome):
+        return worker_pb2.FailureOutcome(job_id=job_id, outcome=outcome_to_proto(outcome))
+    return worker_pb2.FailureOutcome(
+        job_id=job_id,
+        outcome=outcome_to_proto(ReportOutcome.ACCEPTED),
+        state=state_to_proto(outcome.state),
+        next_attempt_at=_timestamp(outcome.next_attempt_at),
+    )
+
+
+def release_outcome_to_proto(job_id: str, outcome: JobState | ReportOutcome) -> worker_pb2.ReleaseOutcome:
+    if isinstance(outcome, ReportOutcome):
+        return worker_pb2.ReleaseOutcome(job_id=job_id, outcome=outcome_to_proto(outcome))
+    return worker_pb2.ReleaseOutcome(
+        job_id=job_id, outcome=outcome_to_proto(ReportOutcome.ACCEPTED), state=state_to_proto(outcome)
+    )

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from shared.handlers import HandlerRegistry, JobContext, RetryableError
+from shared.handlers import HandlerRegistry, JobContext, PushedBack, RetryableError
 
 HANG_SECONDS = 6
 TRACED_KIND = "traced"
@@ -29,6 +29,7 @@ def register(registry: HandlerRegistry) -> None:
     registry.register(TRACED_KIND, max_attempts=3, backoff_base_seconds=0.1)(traced)
     registry.register("stall.first", backoff_base_seconds=0.1)(stall_first)
     registry.register("plain.echo", max_attempts=2)(plain_echo)
+    registry.register("pushed.twice", max_attempts=1)(pushed_back_twice)
     registry.register("charge.slow", max_attempts=3, external_side_effects=True)(charge_slowly)
     registry.register("plain.crash", max_attempts=2, backoff_base_seconds=0.1)(plain_crash)
     registry.register("cpu.thread", max_attempts=1)(busy_for)
@@ -157,3 +158,18 @@ async def charge_slowly(ctx: JobContext) -> bytes:
     await asyncio.sleep(60)
     await ctx.confirm("charge", b"done")
     return b"charged"
+
+
+PUSHBACK_KEY = "provider:test"
+
+
+async def pushed_back_twice(ctx: JobContext) -> bytes:
+    """Its provider refuses the first two claims (each claim raises the fencing token), then answers."""
+    if ctx.fencing_token <= 2:
+        raise PushedBack("429 from the provider", retry_after=0.2, key=PUSHBACK_KEY)
+    return ctx.payload
+
+
+def pushed_back_in_a_process(ctx: JobContext) -> bytes:
+    """A process handler's pushback must reach the worker with its fields."""
+    raise PushedBack("quota", retry_after=75, key="provider:process")

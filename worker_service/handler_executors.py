@@ -21,6 +21,7 @@ from shared.handlers.api import (
     JobContext,
     OutcomeUnknownError,
     PermanentError,
+    PushedBack,
     RetryableError,
     StopSignal,
 )
@@ -132,6 +133,9 @@ def _unpack(message: tuple[Any, ...]) -> object:
     if status == "classified":
         _, category, text = message
         raise _ERRORS_BY_CATEGORY[ErrorCategory(category)](text)
+    if status == "hinted":
+        # A retry hint or pushback is rebuilt from its own fields (its class pickles them).
+        raise message[1]
     _, type_name, text, traceback_text = message
     raise HandlerProcessFailed(type_name, text, traceback_text)
 
@@ -173,6 +177,8 @@ def _child_main(sender: Any, handler: Any, child_context: _ChildContext, stop: P
     try:
         result = handler(context)
         sender.send(("ok", result))
+    except (PushedBack, RetryableError) as exc:
+        sender.send(("hinted", _hinted_copy(exc)))
     except HandlerError as exc:
         sender.send(("classified", exc.category.value, str(exc) or type(exc).__name__))
     except BaseException as exc:  # noqa: BLE001 - everything the handler raised goes back to the worker
@@ -183,3 +189,13 @@ def _child_main(sender: Any, handler: Any, child_context: _ChildContext, stop: P
         sender.send(("crashed", type(exc).__name__, str(exc), trace))
     finally:
         sender.close()
+
+
+def _hinted_copy(exc: PushedBack | RetryableError) -> PushedBack | RetryableError:
+    """The exception as its own class rebuilds it: a user's subclass may not pickle, its fields do."""
+    message = str(exc) or type(exc).__name__
+    if isinstance(exc, PushedBack):
+        if exc.until is not None:
+            return PushedBack(message, until=exc.until, key=exc.key)
+        return PushedBack(message, retry_after=exc.retry_after_seconds, key=exc.key)
+    return RetryableError(message, retry_after=exc.retry_after_seconds)

@@ -19,13 +19,23 @@ from shared.domain.jobs import (
     ClaimedJob,
     Completion,
     ErrorCategory,
+    FailureReport,
     JobError,
     JobState,
     LeaseRef,
     LeaseStatus,
     ReportOutcome,
+    RetryHint,
 )
-from shared.handlers.api import HandlerError, HandlerRegistry, HandlerSpec, JobContext, PermanentError
+from shared.handlers.api import (
+    HandlerError,
+    HandlerRegistry,
+    HandlerSpec,
+    JobContext,
+    PermanentError,
+    PushedBack,
+    RetryableError,
+)
 from shared.storage import lease_store
 from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
@@ -38,6 +48,7 @@ from worker_service.metrics import WorkerMetrics
 from worker_service.receipt_book import DatabaseReceiptBook
 from worker_service.settings import WorkerSettings
 from worker_service.tracing import NO_SPAN, AttemptSpan, AttemptTracer
+from worker_service.worker_signals import Signal, SignalRecord, WorkerSignals
 
 log = logging.getLogger(__name__)
 RELEASE_DEADLINE_SECONDS = 5.0
@@ -54,6 +65,7 @@ _FAIL_OUTCOME_LABELS = {
     JobState.FAILED: "failed",
     JobState.OUTCOME_UNKNOWN: "outcome_unknown",
     JobState.CANCELLED: "cancelled",
+    JobState.PENDING: "pushed_back",
 }
 _REFUSAL_LABELS = {
     ReportOutcome.ACCEPTED: "succeeded",
@@ -103,8 +115,10 @@ class Worker:
         publisher: KindPublisher,
         health: WorkerHealth,
         tracer: AttemptTracer | None = None,
+        signals: WorkerSignals | None = None,
     ) -> None:
         self._settings = settings
+        self._signals = signals
         self._tracer = tracer or AttemptTracer()
         self._publisher = publisher
         self._health = health
@@ -178,8 +192,13 @@ class Worker:
                 pending.cancel()
             await asyncio.gather(*everything, return_exceptions=True)
             self._executors.close()
+            self._signal(SignalRecord(Signal.STOPPED))
         if self._fatal is not None:
             raise self._fatal
+
+    def _signal(self, record: SignalRecord) -> None:
+        if self._signals is not None:
+            self._signals.emit(record)
 
     def _stop_notified(self, job_id: str) -> None:
         """A held job was cancelled or superseded: ask the API now rather than at the next heartbeat."""
@@ -270,6 +289,7 @@ class Worker:
         self._metrics.count_claim(job.tenant, job.kind, job.attempt)
         self._metrics.observe_queue_wait(job.kind, max((job.claimed_at - job.queued_since).total_seconds(), 0.0))
         log.debug("claimed", extra=active.log_fields)
+        self._signal(SignalRecord(Signal.CLAIMED, job.job_id))
         active.task = asyncio.create_task(self._run(active), name=f"job-{job.job_id}")
 
     async def _run(self, active: ActiveJob) -> None:
@@ -287,6 +307,7 @@ class Worker:
         job = active.claimed
         spec = self._registry.get(job.kind)
         started = time.monotonic()
+        hint: RetryHint | None = None
         try:
             result = await active.span.record(self._invoke(spec, active.context))
             error = None
@@ -304,8 +325,13 @@ class Worker:
             active.span.stopped(StopReason.LEASE_LOST.value)
             await self._after_stop(active, StopReason.LEASE_LOST)
             return
+        except PushedBack as exc:
+            error = JobError(ErrorCategory.RETRYABLE, str(exc) or "pushed back")
+            hint = RetryHint(exc.wait_seconds(), pushed_back=True, limit_key=exc.key)
         except HandlerError as exc:
             error = JobError(exc.category, str(exc) or type(exc).__name__)
+            if isinstance(exc, RetryableError) and exc.retry_after_seconds is not None:
+                hint = RetryHint(exc.retry_after_seconds)
         except _AttemptTimedOut as exc:
             error = exc.error
         except Exception as exc:  # noqa: BLE001 - unclassified failures are retryable by contract
@@ -318,7 +344,7 @@ class Worker:
         if error is None:
             await self._report_completion(active, result)
         else:
-            await self._report_failure(active, error)
+            await self._report_failure(active, error, hint)
 
     async def _invoke(self, spec: HandlerSpec | None, context: JobContext) -> bytes:
         if spec is None:
@@ -349,27 +375,30 @@ class Worker:
             self._unreported(active, exc)
             return
         self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[outcome])
+        self._signal(SignalRecord(Signal.REPORTED, job.job_id, "completed", outcome.value))
         if outcome is ReportOutcome.ACCEPTED:
             log.info("job succeeded", extra={**active.log_fields, "state": "succeeded"})
         else:
             self._refused(active, outcome)
 
-    async def _report_failure(self, active: ActiveJob, error: JobError) -> None:
+    async def _report_failure(self, active: ActiveJob, error: JobError, hint: RetryHint | None = None) -> None:
         job = active.claimed
         try:
-            outcome = await self._api.fail(active.lease, error, deadline=self._report_deadline())
+            outcome = await self._api.fail(FailureReport(active.lease, error, hint), deadline=self._report_deadline())
         except ApiUnreachable as exc:
             self._unreported(active, exc)
             return
+        self._signal(SignalRecord(Signal.REPORTED, job.job_id, "failed", outcome.value))
         if isinstance(outcome, ReportOutcome):
             self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[outcome])
             self._refused(active, outcome)
             return
         self._metrics.count_outcome(job.tenant, job.kind, _FAIL_OUTCOME_LABELS.get(outcome, "failed"))
-        if outcome is not JobState.CANCELLED:  # a cancel on request travels as a failure, but is none
+        # A cancel on request travels as a failure, but is none; nor is a pushback.
+        if outcome is not JobState.CANCELLED and not (hint and hint.pushed_back):
             self._metrics.count_failure(job.tenant, job.kind, error.category.value)
         log.info(
-            "attempt failed (%s): %s",
+            "attempt pushed back (%s): %s" if hint and hint.pushed_back else "attempt failed (%s): %s",
             error.category.value,
             error.message[:200],
             extra={
@@ -398,6 +427,7 @@ class Worker:
             except ApiUnreachable as exc:
                 self._unreported(active, exc)
                 return
+            self._signal(SignalRecord(Signal.REPORTED, job.job_id, "released", state.value))
             label = "released" if not isinstance(state, ReportOutcome) else _REFUSAL_LABELS[state]
             self._metrics.count_outcome(job.tenant, job.kind, label)
             log.info("released at shutdown", extra=active.log_fields)
@@ -420,6 +450,7 @@ class Worker:
     def _unreported(self, active: ActiveJob, exc: Exception) -> None:
         job = active.claimed
         self._metrics.count_outcome(job.tenant, job.kind, "unreported")
+        self._signal(SignalRecord(Signal.UNREPORTED, job.job_id, detail=str(exc)))
         log.warning("could not report (%s); the lease will expire and the job run again", exc, extra=active.log_fields)
 
     def _stop(self, active: ActiveJob, reason: StopReason) -> None:

@@ -143,6 +143,38 @@ class FailOutcome:
     next_attempt_at: datetime | None
 
 
+# The longest wait a handler's retry hint may ask for; a longer one is cut to it, and the job is pushed
+# back again if the provider still refuses then.
+RETRY_AFTER_MAX_SECONDS = 7 * 24 * 3600.0
+# Pushbacks of one job that do not count as attempts; every further one counts, so that a job whose
+# provider pushes it back forever still ends when its attempts run out.
+PUSHBACKS_UNCOUNTED_MAX = 100
+
+
+@dataclass(frozen=True)
+class RetryHint:
+    """When the handler asked for the next attempt: `after_seconds` from now. A pushback (the provider
+    said "not now") is not counted as an attempt; `limit_key` names what the provider throttled."""
+
+    after_seconds: float
+    pushed_back: bool = False
+    limit_key: str | None = None
+
+
+@dataclass(frozen=True)
+class FailureReport:
+    lease: LeaseRef
+    error: JobError
+    hint: RetryHint | None = None
+
+
+@dataclass(frozen=True)
+class ReleaseReport:
+    lease: LeaseRef
+    started: bool
+    reason: str
+
+
 @dataclass(frozen=True)
 class ClaimedJob:
     """A row a worker claimed: everything its handler needs, and the lease it holds."""

@@ -8,6 +8,7 @@ from shared.handlers.api import (
     JobContext,
     OutcomeUnknownError,
     PermanentError,
+    PushedBack,
     RetryableError,
     StopSignal,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "JobContext",
     "OutcomeUnknownError",
     "PermanentError",
+    "PushedBack",
     "RetryableError",
     "StopSignal",
 ]

@@ -18,6 +18,7 @@ import math
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from shared.domain.ids import FencingToken, JobId, TenantId
@@ -45,9 +46,72 @@ class HandlerError(Exception):
 
 
 class RetryableError(HandlerError):
-    """Transient: try again after a backoff."""
+    """Transient: try again after a backoff, or after `retry_after` (seconds or a timedelta) when given,
+    in place of the backoff. The wait is cut to 7 days; a retry that could not start before the job's
+    deadline fails the job."""
 
     category = ErrorCategory.RETRYABLE
+
+    def __init__(self, message: str = "", *, retry_after: float | timedelta | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = None if retry_after is None else _seconds(retry_after, "retry_after")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Crosses from a process handler's child; the keyword argument must survive the trip.
+        return (_rebuild_retryable, (str(self), self.retry_after_seconds))
+
+
+class PushedBack(HandlerError):
+    """The provider pushed back (HTTP 429 with Retry-After, a quota until T): the attempt ends without
+    counting against max_attempts and the job waits, PENDING, for `retry_after` (seconds or a timedelta)
+    or until `until` (an aware datetime). `key` names the limit the provider applies, e.g.
+    "provider:openai"; it is recorded in the job's history. Bounded: the job's deadline applies, an
+    attempt that recorded a receipt counts, and after 100 pushbacks of one job each further one counts."""
+
+    category = ErrorCategory.RETRYABLE
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        retry_after: float | timedelta | None = None,
+        until: datetime | None = None,
+        key: str | None = None,
+    ) -> None:
+        if (retry_after is None) == (until is None):
+            raise ValueError("PushedBack needs exactly one of retry_after and until")
+        if until is not None and until.tzinfo is None:
+            raise ValueError("PushedBack(until=...) needs an aware datetime")
+        super().__init__(message)
+        self.retry_after_seconds = None if retry_after is None else _seconds(retry_after, "retry_after")
+        self.until = until
+        self.key = key
+
+    def wait_seconds(self, now: datetime | None = None) -> float:
+        """How long the job should wait from `now` (default: this host's clock)."""
+        if self.until is None:
+            return self.retry_after_seconds or 0.0
+        return max((self.until - (now or datetime.now(UTC))).total_seconds(), 0.0)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_pushed_back, (str(self), self.retry_after_seconds, self.until, self.key))
+
+
+def _seconds(value: float | timedelta, name: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not seconds >= 0 or math.isinf(seconds):
+        raise ValueError(f"{name} must be a finite, non-negative wait; got {value!r}")
+    return seconds
+
+
+def _rebuild_retryable(message: str, retry_after: float | None) -> RetryableError:
+    return RetryableError(message, retry_after=retry_after)
+
+
+def _rebuild_pushed_back(
+    message: str, retry_after: float | None, until: datetime | None, key: str | None
+) -> PushedBack:
+    return PushedBack(message, retry_after=retry_after, until=until, key=key)
 
 
 class PermanentError(HandlerError):

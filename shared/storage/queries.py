@@ -37,6 +37,7 @@ JOB_LEASE_DIAGNOSE = _jobs.pop("job_lease_diagnose")
 JOB_COMPLETE_BATCH = _jobs.pop("job_complete_batch")
 JOB_FAIL = _jobs.pop("job_fail")
 JOB_RELEASE = _jobs.pop("job_release")
+JOB_PUSH_BACK = _jobs.pop("job_push_back")
 JOB_COUNT_QUEUED = _jobs.pop("job_count_queued")
 
 RESULT_GET = _results.pop("result_get")

@@ -290,13 +290,17 @@ SELECT f.job_id, f.state, f.tenant, f.attempts, f.fencing_token
 FROM finished AS f;
 
 -- name: job_fail
--- Fenced failure of one attempt, as jobs_next_state_after_failure decides: RETRY_WAIT after a backoff, or
+-- Fenced failure of one attempt, as jobs_next_state_after_failure decides: RETRY_WAIT after a backoff (or
+-- the handler's retry hint), or
 -- FAILED / OUTCOME_UNKNOWN / CANCELLED. The decision reads the row as locked by FOR UPDATE: a cancel
 -- request committed while this statement waited for the lock is in that version, not in the statement's
 -- snapshot of the table.
 WITH current AS (
+    -- The handler's retry hint, when it gave one, stands in for the computed backoff.
     SELECT job_id, cancel_requested, attempts, max_attempts, deadline,
-           clock_timestamp() + jobs_retry_backoff(attempts, backoff_base_seconds, backoff_cap_seconds) AS retry_at
+           clock_timestamp() + coalesce(make_interval(secs => %(retry_after_seconds)s::double precision),
+                                        jobs_retry_backoff(attempts, backoff_base_seconds, backoff_cap_seconds))
+               AS retry_at
     FROM jobs
     WHERE job_id = %(job_id)s::uuid AND fencing_token = %(fencing_token)s AND state = 'running'
     FOR UPDATE
@@ -364,6 +368,54 @@ SET state = c.next_state,
 FROM decided AS c
 WHERE j.job_id = c.job_id
 RETURNING j.job_id, j.tenant, j.kind, j.state, j.attempts, j.fencing_token;
+
+-- name: job_push_back
+-- Fenced end of an attempt whose provider pushed back: the job waits as PENDING until retry_at and the
+-- attempt is not counted, unless it recorded a receipt (its number must stay unique for the receipts) or
+-- the job used up its uncounted pushbacks; the deadline and a cancel request apply as after any failure.
+WITH current AS (
+    SELECT j.job_id, j.cancel_requested, j.attempts, j.max_attempts, j.deadline,
+           clock_timestamp() + make_interval(secs => %(retry_after_seconds)s::double precision) AS retry_at,
+           EXISTS (SELECT 1 FROM job_receipts AS r WHERE r.job_id = j.job_id AND r.attempt = j.attempts)
+           OR (SELECT count(*) FROM job_events AS e
+               WHERE e.job_id = j.job_id AND e.reason LIKE 'pushed back until %%') >= %(uncounted_max)s
+               AS counted
+    FROM jobs AS j
+    WHERE j.job_id = %(job_id)s::uuid AND j.fencing_token = %(fencing_token)s AND j.state = 'running'
+    FOR UPDATE OF j
+), decided AS (
+    SELECT c.job_id, c.counted, c.retry_at, d.next_state, d.cause
+    FROM current AS c
+    CROSS JOIN LATERAL jobs_next_state_after_failure(
+        'retryable', c.cancel_requested, CASE WHEN c.counted THEN c.attempts ELSE c.attempts - 1 END,
+        c.max_attempts, c.deadline, c.retry_at, 'pending') AS d
+)
+UPDATE jobs AS j
+SET state = d.next_state,
+    attempts = CASE WHEN d.counted THEN j.attempts ELSE j.attempts - 1 END,
+    run_after = CASE WHEN d.next_state = 'pending' THEN d.retry_at ELSE j.run_after END,
+    finished_at = CASE WHEN d.next_state IN ('failed', 'cancelled') THEN clock_timestamp() END,
+    last_error_category = CASE WHEN d.next_state = 'failed' THEN 'retryable'::error_category
+                               ELSE j.last_error_category END,
+    last_error_message = CASE d.cause
+        WHEN 'deadline' THEN 'deadline: pushed back past it: ' || %(message)s
+        WHEN 'attempts_exhausted' THEN 'pushed back on the final attempt: ' || %(message)s
+        ELSE j.last_error_message END,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    transition_actor = 'worker:' || %(worker_id)s,
+    transition_reason = CASE
+        WHEN d.next_state = 'cancelled' THEN 'cancelled'
+        WHEN d.next_state = 'failed' THEN 'attempt failed'
+        ELSE 'pushed back until '
+             || to_char(d.retry_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+             || CASE WHEN %(limit_key)s::text IS NULL THEN '' ELSE ' (key ' || %(limit_key)s::text || ')' END
+             || CASE WHEN d.counted THEN '; counted as an attempt' ELSE '' END
+             || CASE WHEN %(message)s = '' THEN '' ELSE ': ' || %(message)s END
+    END
+FROM decided AS d
+WHERE j.job_id = d.job_id
+RETURNING j.job_id, j.tenant, j.kind, j.state, j.run_after, j.attempts, j.fencing_token;
 
 -- name: job_cancel
 -- Cancels one tenant's unfinished job: at once unless running, where it asks the worker to stop.
