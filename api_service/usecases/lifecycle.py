@@ -9,7 +9,7 @@ from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Job, JobState
 from shared.domain.submission_rules import check_job_id, check_text
 from shared.json_logging import job_fields
-from shared.storage import job_store
+from shared.storage import checkpoint_store, job_store
 from shared.storage.database import Connection, Database
 
 log = logging.getLogger(__name__)
@@ -51,11 +51,19 @@ class JobLifecycle:
         )
 
     async def retry(
-        self, tenant: TenantId, actor: str, job_id: JobId, reason: str, *, accept_duplicate_risk: bool
+        self,
+        tenant: TenantId,
+        actor: str,
+        job_id: JobId,
+        reason: str,
+        *,
+        accept_duplicate_risk: bool,
+        clear_checkpoints: bool = False,
     ) -> Job:
         """Reopens a FAILED, CANCELLED or OUTCOME_UNKNOWN job with a fresh attempt budget, recording
         who and why. The fencing token keeps rising: the next claim gets a token never used before.
-        Consent to a duplicate effect is needed whenever the latest attempt's outcome is unknown."""
+        Consent to a duplicate effect is needed whenever the latest attempt's outcome is unknown. Stage
+        checkpoints are kept (the next attempt resumes after them) unless `clear_checkpoints`."""
         check_job_id(job_id)
         _check_reason(reason)
         async with self._db.transaction(tenant) as conn:
@@ -67,6 +75,9 @@ class JobLifecycle:
             note = f"manual retry by {actor}" + (f": {reason}" if reason else "")
             if candidate.duplicate_risk:
                 note += " (duplicate risk accepted)"
+            if clear_checkpoints:
+                note += " (checkpoints cleared)"
+                await checkpoint_store.clear(conn, tenant, job_id)
             job = await job_store.reopen(
                 conn,
                 tenant=tenant,
