@@ -14,7 +14,7 @@ import pytest
 
 from jobs.v1 import jobs_pb2, worker_pb2
 from tests.handlers_for_tests import STAGES
-from tests.jobsctl_process import start_jobsctl
+from tests.jobsctl_process import jobsctl, start_jobsctl
 from tests.process_fixtures import ServiceStack, TenantClient, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -65,6 +65,10 @@ def test_a_retry_skips_the_stages_an_earlier_attempt_checkpointed(
     ]
     assert json.loads(job.checkpoints[0].data) == {"output": str(workdir / "upload_check.out")}
     assert (job.progress.fraction, job.progress.message, job.progress.attempt) == (1.0, "publish_index", 2)
+    shown = jobsctl(service_stack.api_target, "get", job_id)
+    assert shown.code == 0, shown.stderr
+    assert "progress 100% publish_index (attempt 2)" in shown.text
+    assert "upload_check (attempt 1), extract_text (attempt 1), embed (attempt 2)" in shown.text
 
 
 def test_a_manual_retry_keeps_checkpoints_unless_asked_to_clear_them(service_stack: ServiceStack, tmp_path: Path):
