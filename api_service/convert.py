@@ -13,6 +13,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf.message import Message
 
 from jobs.v1 import jobs_pb2, worker_pb2
+from shared.domain.checkpoints import Checkpoint, Progress, ProgressReport
 from shared.domain.errors import FieldViolation, InvalidArgument
 from shared.domain.ids import FencingToken, JobId
 from shared.domain.jobs import (
@@ -132,7 +133,35 @@ def job_to_proto(job: Job) -> jobs_pb2.Job:
     )
     if job.last_error:
         message.last_error.CopyFrom(job_error_to_proto(job.last_error))
+    if job.progress is not None:
+        message.progress.CopyFrom(progress_to_proto(job.progress))
+    message.checkpoints.extend(checkpoint_to_proto(c) for c in job.checkpoints)
     return message
+
+
+def progress_to_proto(progress: Progress) -> jobs_pb2.JobProgress:
+    return jobs_pb2.JobProgress(
+        fraction=progress.fraction,
+        message=progress.message,
+        attempt=progress.attempt,
+        updated_at=_timestamp(progress.updated_at),
+    )
+
+
+def checkpoint_to_proto(checkpoint: Checkpoint) -> jobs_pb2.StageCheckpoint:
+    return jobs_pb2.StageCheckpoint(
+        stage=checkpoint.stage,
+        data=checkpoint.data,
+        attempt=checkpoint.attempt,
+        fencing_token=checkpoint.fencing_token,
+        recorded_at=_timestamp(checkpoint.at),
+    )
+
+
+def progress_report_from_proto(message: worker_pb2.ProgressReport) -> ProgressReport:
+    return ProgressReport(
+        LeaseRef(JobId(message.job_id), FencingToken(message.fencing_token)), message.fraction, message.message
+    )
 
 
 def result_to_proto(result: JobResult) -> jobs_pb2.JobResult:

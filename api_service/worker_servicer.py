@@ -10,6 +10,8 @@ from api_service import convert
 from api_service.request_context import current_principal
 from api_service.usecases.worker_reports import WorkerReports
 from jobs.v1 import worker_pb2, worker_pb2_grpc
+from shared.domain.ids import FencingToken, JobId
+from shared.domain.jobs import LeaseRef, ReportOutcome
 
 WORKER_ID_METADATA = "jobs-worker-id"
 WORKER_ID_MAX_CHARS = 128
@@ -87,5 +89,32 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return worker_pb2.ReleaseJobsResponse(
             outcomes=[
                 convert.release_outcome_to_proto(r.lease.job_id, o) for r, o in zip(reports, outcomes, strict=True)
+            ]
+        )
+
+    async def RecordCheckpoint(
+        self, request: worker_pb2.RecordCheckpointRequest, context: Context
+    ) -> worker_pb2.RecordCheckpointResponse:
+        stored = await self._reports.record_checkpoint(
+            _worker_id(context),
+            LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token)),
+            request.stage,
+            request.data,
+        )
+        if isinstance(stored, ReportOutcome):
+            return worker_pb2.RecordCheckpointResponse(outcome=convert.outcome_to_proto(stored))
+        return worker_pb2.RecordCheckpointResponse(
+            outcome=convert.outcome_to_proto(ReportOutcome.ACCEPTED), checkpoint=convert.checkpoint_to_proto(stored)
+        )
+
+    async def ReportProgress(
+        self, request: worker_pb2.ReportProgressRequest, context: Context
+    ) -> worker_pb2.ReportProgressResponse:
+        reports = [convert.progress_report_from_proto(item) for item in request.reports]
+        outcomes = await self._reports.report_progress(reports)
+        return worker_pb2.ReportProgressResponse(
+            outcomes=[
+                worker_pb2.ProgressOutcome(job_id=r.job_id, outcome=convert.outcome_to_proto(o))
+                for r, o in zip(reports, outcomes, strict=True)
             ]
         )

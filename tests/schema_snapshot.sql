@@ -219,6 +219,16 @@ CREATE TABLE public.job_attempt_errors (
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
 
+CREATE TABLE public.job_checkpoints (
+    job_id uuid NOT NULL,
+    tenant text NOT NULL,
+    stage text NOT NULL,
+    data bytea NOT NULL,
+    attempt integer NOT NULL,
+    fencing_token bigint NOT NULL,
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
 CREATE TABLE public.job_events (
     job_id uuid NOT NULL,
     tenant text NOT NULL,
@@ -273,6 +283,18 @@ CREATE TABLE public.job_limits (
     CONSTRAINT job_limits_key_check CHECK (((length(key) >= 1) AND (length(key) <= 200))),
     CONSTRAINT job_limits_max_running_check CHECK ((max_running >= 0)),
     CONSTRAINT job_limits_rate_per_second_check CHECK (((rate_per_second >= (0)::double precision) AND (rate_per_second < 'Infinity'::double precision)))
+);
+
+CREATE TABLE public.job_progress (
+    job_id uuid NOT NULL,
+    tenant text NOT NULL,
+    fraction double precision NOT NULL,
+    message text DEFAULT ''::text NOT NULL,
+    attempt integer NOT NULL,
+    fencing_token bigint NOT NULL,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    revision bigint DEFAULT 1 NOT NULL,
+    CONSTRAINT job_progress_fraction_check CHECK (((fraction >= (0)::double precision) AND (fraction <= (1)::double precision)))
 );
 
 CREATE TABLE public.job_receipts (
@@ -375,6 +397,9 @@ ALTER TABLE ONLY public.admin_actions
 ALTER TABLE ONLY public.job_attempt_errors
     ADD CONSTRAINT job_attempt_errors_pkey PRIMARY KEY (job_id, fencing_token);
 
+ALTER TABLE ONLY public.job_checkpoints
+    ADD CONSTRAINT job_checkpoints_pkey PRIMARY KEY (job_id, stage);
+
 ALTER TABLE ONLY public.job_events
     ADD CONSTRAINT job_events_pkey PRIMARY KEY (job_id, sequence);
 
@@ -386,6 +411,9 @@ ALTER TABLE ONLY public.job_kinds
 
 ALTER TABLE ONLY public.job_limits
     ADD CONSTRAINT job_limits_pkey PRIMARY KEY (key);
+
+ALTER TABLE ONLY public.job_progress
+    ADD CONSTRAINT job_progress_pkey PRIMARY KEY (job_id);
 
 ALTER TABLE ONLY public.job_receipts
     ADD CONSTRAINT job_receipts_pkey PRIMARY KEY (job_id, attempt, step);
@@ -457,12 +485,24 @@ CREATE TRIGGER jobs_settle_dependents AFTER UPDATE OF state ON public.jobs FOR E
 ALTER TABLE ONLY public.job_attempt_errors
     ADD CONSTRAINT job_attempt_errors_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
 
+ALTER TABLE ONLY public.job_checkpoints
+    ADD CONSTRAINT job_checkpoints_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.job_progress
+    ADD CONSTRAINT job_progress_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
 ALTER TABLE ONLY public.job_receipts
     ADD CONSTRAINT job_receipts_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
 
 ALTER TABLE public.job_attempt_errors ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY job_attempt_errors_api_tenant ON public.job_attempt_errors TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
+
+ALTER TABLE public.job_checkpoints ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY job_checkpoints_api_tenant ON public.job_checkpoints TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
+
+CREATE POLICY job_checkpoints_worker_read ON public.job_checkpoints FOR SELECT TO jobs_worker USING (true);
 
 ALTER TABLE public.job_events ENABLE ROW LEVEL SECURITY;
 
@@ -471,6 +511,10 @@ CREATE POLICY job_events_api_tenant ON public.job_events TO jobs_api USING (publ
 CREATE POLICY job_events_worker_insert ON public.job_events FOR INSERT TO jobs_worker WITH CHECK ((EXISTS ( SELECT 1
    FROM public.jobs j
   WHERE ((j.job_id = job_events.job_id) AND (j.tenant = job_events.tenant) AND (j.sequence = job_events.sequence) AND (j.state = job_events.to_state)))));
+
+ALTER TABLE public.job_progress ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY job_progress_api_tenant ON public.job_progress TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
 
 ALTER TABLE public.job_receipts ENABLE ROW LEVEL SECURITY;
 
@@ -525,6 +569,9 @@ GRANT SELECT,INSERT ON TABLE public.admin_actions TO jobs_api;
 
 GRANT SELECT,INSERT ON TABLE public.job_attempt_errors TO jobs_api;
 
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.job_checkpoints TO jobs_api;
+GRANT SELECT ON TABLE public.job_checkpoints TO jobs_worker;
+
 GRANT SELECT,INSERT ON TABLE public.job_events TO jobs_api;
 GRANT INSERT ON TABLE public.job_events TO jobs_worker;
 
@@ -536,6 +583,8 @@ GRANT SELECT,INSERT,UPDATE ON TABLE public.job_kinds TO jobs_api;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.job_limits TO jobs_api;
 GRANT SELECT ON TABLE public.job_limits TO jobs_worker;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.job_progress TO jobs_api;
 
 GRANT SELECT ON TABLE public.job_receipts TO jobs_api;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.job_receipts TO jobs_worker;

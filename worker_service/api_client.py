@@ -13,8 +13,18 @@ from typing import TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from jobs.v1 import worker_pb2_grpc
-from shared.domain.jobs import Completion, FailureReport, JobState, LeaseRef, LeaseStatus, ReleaseReport, ReportOutcome
+from jobs.v1 import worker_pb2, worker_pb2_grpc
+from shared.domain.checkpoints import Checkpoint, ProgressReport
+from shared.domain.jobs import (
+    Completion,
+    FailureReport,
+    JobState,
+    LeaseRef,
+    LeaseStatus,
+    ReleaseReport,
+    ReportOutcome,
+)
+from shared.handlers.api import CheckpointRefused
 from worker_service import convert
 from worker_service.transport_security import ClientTlsFiles
 
@@ -100,3 +110,31 @@ class ApiClient:
     ) -> JobState | ReportOutcome:
         (outcome,) = await self.release_many([ReleaseReport(lease, started, reason)], deadline=deadline)
         return outcome
+
+    async def record_checkpoint(
+        self, lease: LeaseRef, stage: str, data: bytes, *, deadline: float
+    ) -> Checkpoint | ReportOutcome:
+        """The stored checkpoint or the fencing refusal; CheckpointRefused when it is out of bounds."""
+        request = worker_pb2.RecordCheckpointRequest(
+            job_id=lease.job_id, fencing_token=lease.fencing_token, stage=stage, data=data
+        )
+        try:
+            response = await self._call(self._stub.RecordCheckpoint, request, deadline=deadline)
+        except grpc.aio.AioRpcError as error:
+            if error.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
+                raise CheckpointRefused(f"checkpoint {stage[:64]!r}: {error.details()}") from None
+            raise
+        if isinstance(response, ReportOutcome):
+            return response
+        outcome = convert.outcome_from_proto(response.outcome)
+        if outcome is not ReportOutcome.ACCEPTED:
+            return outcome
+        return convert.checkpoint_from_proto(response.checkpoint)
+
+    async def report_progress(self, reports: list[ProgressReport], *, deadline: float) -> list[ReportOutcome]:
+        response = await self._call(
+            self._stub.ReportProgress, convert.report_progress_request(reports), deadline=deadline
+        )
+        if isinstance(response, ReportOutcome):
+            return [response] * len(reports)
+        return [convert.outcome_from_proto(o.outcome) for o in response.outcomes]

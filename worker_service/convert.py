@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import cast
 
 from google.protobuf import duration_pb2
 
 from jobs.v1 import jobs_pb2, worker_pb2
+from shared.domain.checkpoints import Checkpoint, ProgressReport
 from shared.domain.ids import FencingToken, JobId
 from shared.domain.jobs import (
     Completion,
@@ -104,3 +105,24 @@ def accepted_state_from_proto(outcome: int, state: int, default: JobState) -> Jo
 
 def state_from_proto(number: int) -> JobState | None:
     return _STATE_FROM_PROTO.get(number)
+
+
+def checkpoint_from_proto(message: jobs_pb2.StageCheckpoint) -> Checkpoint:
+    return Checkpoint(
+        stage=message.stage,
+        data=message.data,
+        attempt=message.attempt,
+        fencing_token=FencingToken(message.fencing_token),
+        at=message.recorded_at.ToDatetime(tzinfo=UTC),
+    )
+
+
+def report_progress_request(reports: list[ProgressReport]) -> worker_pb2.ReportProgressRequest:
+    return worker_pb2.ReportProgressRequest(
+        reports=[
+            worker_pb2.ProgressReport(
+                job_id=r.lease.job_id, fencing_token=r.lease.fencing_token, fraction=r.fraction, message=r.message
+            )
+            for r in reports
+        ]
+    )

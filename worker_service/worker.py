@@ -12,7 +12,7 @@ import random
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from shared.domain.errors import JobsError, LeaseLost
 from shared.domain.jobs import (
@@ -36,15 +36,17 @@ from shared.handlers.api import (
     PushedBack,
     RetryableError,
 )
-from shared.storage import lease_store
+from shared.storage import checkpoint_store, lease_store
 from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
 from worker_service.background_loops import apply_retention, listen_for_work, rescue_leases
+from worker_service.checkpoint_book import ApiCheckpointBook
 from worker_service.completion_batcher import CompletionBatcher
 from worker_service.handler_executors import HandlerExecutors, HandlerProcessFailed
 from worker_service.health_server import WorkerHealth
 from worker_service.kind_publisher import KindPublisher
 from worker_service.metrics import WorkerMetrics
+from worker_service.progress_reporter import ProgressReporter
 from worker_service.receipt_book import DatabaseReceiptBook
 from worker_service.settings import WorkerSettings
 from worker_service.tracing import NO_SPAN, AttemptSpan, AttemptTracer
@@ -130,6 +132,7 @@ class Worker:
         self._batcher = CompletionBatcher(
             api, flush_seconds=settings.completion_flush_seconds, batch_max=settings.completion_batch_max
         )
+        self._progress = ProgressReporter(api, interval_seconds=settings.progress_interval_seconds)
         self._active: dict[str, ActiveJob] = {}
         # Twice the slots: a plain handler that ignores its stop keeps its thread after its slot is freed.
         self._executors = HandlerExecutors(threads=2 * settings.concurrency, preload_modules=settings.handler_modules)
@@ -147,6 +150,7 @@ class Worker:
         """Works until `stop` is set, then drains: running jobs get the grace period, the rest are released."""
         background = [
             asyncio.create_task(self._batcher.run(), name="completion-batcher"),
+            asyncio.create_task(self._progress.run(), name="progress-reporter"),
             asyncio.create_task(self._keep_leases(), name="lease-keeper"),
             asyncio.create_task(self._stop_expired_leases(), name="lease-expiry"),
             asyncio.create_task(self._publisher.keep_published(), name="kind-publisher"),
@@ -252,6 +256,10 @@ class Worker:
                     limit=limit,
                     lease_seconds=self._settings.lease_seconds,
                 )
+                if claimed:
+                    # In the claim's transaction: one statement per batch, for the stages handlers skip.
+                    done = await checkpoint_store.for_jobs(conn, [job.job_id for job in claimed])
+                    claimed = [replace(job, checkpoints=done.get(job.job_id, ())) for job in claimed]
         except JobsError as exc:
             log.warning("claim failed: %s", exc.message)
             return []
@@ -268,6 +276,11 @@ class Worker:
             max_attempts=job.max_attempts,
             fencing_token=job.fencing_token,
             receipt_book=DatabaseReceiptBook(self._db, LeaseRef(job.job_id, job.fencing_token)),
+            checkpoints={checkpoint.stage: checkpoint for checkpoint in job.checkpoints},
+            checkpoint_book=ApiCheckpointBook(
+                self._api, LeaseRef(job.job_id, job.fencing_token), report_seconds=self._settings.lease_seconds
+            ),
+            progress_sink=self._progress.sink(LeaseRef(job.job_id, job.fencing_token)),
             traceparent=job.trace_context.traceparent if job.trace_context else None,
             tracestate=job.trace_context.tracestate if job.trace_context else None,
         )
@@ -299,6 +312,7 @@ class Worker:
         except Exception:  # noqa: BLE001 - one job's bug must not stop the replica
             log.exception("job runner failed", extra=active.log_fields)
         finally:
+            self._progress.forget(active.claimed.job_id)
             self._active.pop(active.claimed.job_id, None)
             self._metrics.in_flight.set(len(self._active))
             self.wake()
@@ -341,6 +355,7 @@ class Worker:
             active.span.failed(error)
         active.reporting = True
         self.wake()  # the slot is free for the next claim
+        await self._progress.flush(job.job_id)
         if error is None:
             await self._report_completion(active, result)
         else:

@@ -6,6 +6,15 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
+from shared.domain.checkpoints import (
+    CHECKPOINTS_PER_JOB_MAX,
+    Checkpoint,
+    ProgressReport,
+    clean_progress_message,
+    data_problem,
+    fraction_problem,
+    stage_problem,
+)
 from shared.domain.errors import (
     FailedPrecondition,
     FieldViolation,
@@ -29,7 +38,7 @@ from shared.domain.jobs import (
     RetryHint,
 )
 from shared.domain.submission_rules import is_job_id
-from shared.storage import job_store, lease_store
+from shared.storage import checkpoint_store, job_store, lease_store, progress_store
 from shared.storage.database import Connection, Database
 
 log = logging.getLogger(__name__)
@@ -217,6 +226,46 @@ class WorkerReports:
         if isinstance(outcome, ReportOutcome):
             raise _refusal(outcome)
         return outcome
+
+    async def record_checkpoint(
+        self, worker_id: str, lease: LeaseRef, stage: str, data: bytes
+    ) -> Checkpoint | ReportOutcome:
+        """The stored checkpoint, or the refusal (as a value) when the lease is not held."""
+        _check_leases([lease], "lease")
+        violations = [
+            FieldViolation(name, problem)
+            for name, problem in (("stage", stage_problem(stage)), ("data", data_problem(data)))
+            if problem is not None
+        ]
+        if violations:
+            raise InvalidArgument(violations)
+        try:
+            async with self._db.transaction() as conn:
+                stored = await checkpoint_store.record(conn, lease, stage, data, max_stages=CHECKPOINTS_PER_JOB_MAX)
+        except checkpoint_store.NoRoomForStage:
+            raise FailedPrecondition(
+                f"a job holds at most {CHECKPOINTS_PER_JOB_MAX} checkpointed stages",
+                reason="CHECKPOINT_LIMIT",
+                metadata={"stage": stage},
+            ) from None
+        if isinstance(stored, ReportOutcome):
+            self._refused("checkpoint", lease, stored, worker_id)
+        return stored
+
+    async def report_progress(self, reports: Sequence[ProgressReport]) -> list[ReportOutcome]:
+        """Per-report outcomes; refusals are usual (a report that crossed the attempt's end) and not logged."""
+        _check_leases([r.lease for r in reports], "reports")
+        if len({r.job_id for r in reports}) != len(reports):
+            raise InvalidArgument(FieldViolation("reports", "must not name a job twice"))
+        for index, report in enumerate(reports):
+            problem = fraction_problem(report.fraction)
+            if problem is not None:
+                raise InvalidArgument(FieldViolation(f"reports[{index}].fraction", problem))
+        if not reports:
+            return []
+        cleaned = [ProgressReport(r.lease, r.fraction, clean_progress_message(r.message)) for r in reports]
+        async with self._db.transaction() as conn:
+            return await progress_store.record_batch(conn, cleaned)
 
     def _refused(
         self, report: str, lease: LeaseRef, outcome: ReportOutcome, worker_id: str, *, level: int = logging.WARNING

@@ -5,9 +5,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.trace_context import TraceContext
+
+if TYPE_CHECKING:  # checkpoints imports this module
+    from shared.domain.checkpoints import Checkpoint, Progress
 
 
 class JobState(enum.StrEnum):
@@ -95,6 +99,9 @@ class Job:
     idempotency_key: str | None
     depends_on: tuple[JobId, ...]
     labels: dict[str, str]
+    # Read beside the row by the calls that show them (GetJob; WatchJob for progress).
+    progress: Progress | None = None
+    checkpoints: tuple[Checkpoint, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -192,6 +199,8 @@ class ClaimedJob:
     claimed_at: datetime
     # The submitter's trace, which the attempt's span continues.
     trace_context: TraceContext | None = None
+    # The stages earlier attempts finished, read in the claim's transaction.
+    checkpoints: tuple[Checkpoint, ...] = ()
 
 
 @dataclass(frozen=True)

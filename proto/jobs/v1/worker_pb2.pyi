@@ -188,3 +188,55 @@ class ReleaseJobResponse(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     state: _jobs_pb2.JobState
     def __init__(self, state: _Optional[_Union[_jobs_pb2.JobState, str]] = ...) -> None: ...
+
+class RecordCheckpointRequest(_message.Message):
+    __slots__ = ("job_id", "fencing_token", "stage", "data")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    fencing_token: int
+    stage: str
+    data: bytes
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., stage: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class RecordCheckpointResponse(_message.Message):
+    __slots__ = ("outcome", "checkpoint")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    outcome: ReportOutcome
+    checkpoint: _jobs_pb2.StageCheckpoint
+    def __init__(self, outcome: _Optional[_Union[ReportOutcome, str]] = ..., checkpoint: _Optional[_Union[_jobs_pb2.StageCheckpoint, _Mapping]] = ...) -> None: ...
+
+class ProgressReport(_message.Message):
+    __slots__ = ("job_id", "fencing_token", "fraction", "message")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FRACTION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    fencing_token: int
+    fraction: float
+    message: str
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., fraction: _Optional[float] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ReportProgressRequest(_message.Message):
+    __slots__ = ("reports",)
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    reports: _containers.RepeatedCompositeFieldContainer[ProgressReport]
+    def __init__(self, reports: _Optional[_Iterable[_Union[ProgressReport, _Mapping]]] = ...) -> None: ...
+
+class ProgressOutcome(_message.Message):
+    __slots__ = ("job_id", "outcome")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    outcome: ReportOutcome
+    def __init__(self, job_id: _Optional[str] = ..., outcome: _Optional[_Union[ReportOutcome, str]] = ...) -> None: ...
+
+class ReportProgressResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[ProgressOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[ProgressOutcome, _Mapping]]] = ...) -> None: ...

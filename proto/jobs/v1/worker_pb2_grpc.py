@@ -73,6 +73,16 @@ class WorkerServiceStub:
                 request_serializer=jobs_dot_v1_dot_worker__pb2.ReleaseJobsRequest.SerializeToString,
                 response_deserializer=jobs_dot_v1_dot_worker__pb2.ReleaseJobsResponse.FromString,
                 _registered_method=True)
+        self.RecordCheckpoint = channel.unary_unary(
+                '/jobs.v1.WorkerService/RecordCheckpoint',
+                request_serializer=jobs_dot_v1_dot_worker__pb2.RecordCheckpointRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_worker__pb2.RecordCheckpointResponse.FromString,
+                _registered_method=True)
+        self.ReportProgress = channel.unary_unary(
+                '/jobs.v1.WorkerService/ReportProgress',
+                request_serializer=jobs_dot_v1_dot_worker__pb2.ReportProgressRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_worker__pb2.ReportProgressResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -136,6 +146,20 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordCheckpoint(self, request, context):
+        """Stores a finished stage's checkpoint under the lease; a stale lease's is refused as an outcome.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportProgress(self, request, context):
+        """Stores the latest progress of many running attempts, each fenced on its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -173,6 +197,16 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.ReleaseJobs,
                     request_deserializer=jobs_dot_v1_dot_worker__pb2.ReleaseJobsRequest.FromString,
                     response_serializer=jobs_dot_v1_dot_worker__pb2.ReleaseJobsResponse.SerializeToString,
+            ),
+            'RecordCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordCheckpoint,
+                    request_deserializer=jobs_dot_v1_dot_worker__pb2.RecordCheckpointRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_worker__pb2.RecordCheckpointResponse.SerializeToString,
+            ),
+            'ReportProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportProgress,
+                    request_deserializer=jobs_dot_v1_dot_worker__pb2.ReportProgressRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_worker__pb2.ReportProgressResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -368,6 +402,60 @@ class WorkerService:
             '/jobs.v1.WorkerService/ReleaseJobs',
             jobs_dot_v1_dot_worker__pb2.ReleaseJobsRequest.SerializeToString,
             jobs_dot_v1_dot_worker__pb2.ReleaseJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.WorkerService/RecordCheckpoint',
+            jobs_dot_v1_dot_worker__pb2.RecordCheckpointRequest.SerializeToString,
+            jobs_dot_v1_dot_worker__pb2.RecordCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.WorkerService/ReportProgress',
+            jobs_dot_v1_dot_worker__pb2.ReportProgressRequest.SerializeToString,
+            jobs_dot_v1_dot_worker__pb2.ReportProgressResponse.FromString,
             options,
             channel_credentials,
             insecure,
