@@ -10,6 +10,7 @@ _metrics = load_sql_blocks("metrics.sql")
 _session = load_sql_blocks("session.sql")
 _migrations = load_sql_blocks("migrations.sql")
 _kinds = load_sql_blocks("kinds.sql")
+_scheduling = load_sql_blocks("scheduling.sql")
 
 JOB_INSERT = _jobs.pop("job_insert")
 JOB_INSERT_MANY = _jobs.pop("job_insert_many")
@@ -64,6 +65,10 @@ KIND_POLICY_CONFLICTS = _kinds.pop("kind_policy_conflicts")
 KIND_PUBLISHERS_FORGET = _kinds.pop("kind_publishers_forget")
 KIND_RETIRE = _kinds.pop("kind_retire")
 
+JOB_SET_LIMIT_KEYS = _scheduling.pop("job_set_limit_keys")
+KEY_HOLD = _scheduling.pop("key_hold")
+JOB_WAITING_REASON = _scheduling.pop("job_waiting_reason")
+
 MIGRATION_LOCK = _migrations.pop("migration_lock")
 MIGRATION_UNLOCK = _migrations.pop("migration_unlock")
 MIGRATION_TABLE_CREATE = _migrations.pop("migration_table_create")
@@ -71,7 +76,9 @@ MIGRATION_APPLIED_VERSIONS = _migrations.pop("migration_applied_versions")
 MIGRATION_RECORD = _migrations.pop("migration_record")
 
 _unused = sorted(
-    name for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations, _kinds) for name in blocks
+    name
+    for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations, _kinds, _scheduling)
+    for name in blocks
 )
 if _unused:
     raise RuntimeError(f"SQL blocks without a constant: {_unused}")
