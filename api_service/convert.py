@@ -95,6 +95,7 @@ def new_job_from_proto(
         depends_on=tuple(JobId(d) for d in request.depends_on),
         labels=dict(request.labels),
         dedupe_by_input=request.dedupe_by_input,
+        limit_keys=tuple(request.limit_keys),
         trace_context=trace_context,
     )
 
@@ -123,6 +124,8 @@ def job_to_proto(job: Job) -> jobs_pb2.Job:
     )
     if job.last_error:
         message.last_error.CopyFrom(job_error_to_proto(job.last_error))
+    if job.waiting:
+        message.waiting_reason, message.waiting_for_key = job.waiting.reason, job.waiting.key
     return message
 
 

@@ -344,14 +344,15 @@ CREATE FUNCTION public.jobs_tenant_visible(row_tenant text) RETURNS boolean
     AS $$ SELECT row_tenant = coalesce(nullif(current_setting('jobs.tenant', true), ''), row_tenant) $$;
 
 CREATE FUNCTION public.jobs_waiting_reason(for_job uuid) RETURNS TABLE(reason text, key text)
-    LANGUAGE sql STABLE
+    LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
         WITH job AS (
             SELECT j.job_id, j.kind, jobs_effective_keys(j.tenant, j.kind, jk.limit_keys, j.limit_keys) AS keys,
                    j.limit_keys AS own_keys, j.limit_key_bounds AS own_bounds
             FROM jobs AS j LEFT JOIN job_kinds AS jk ON jk.kind = j.kind
-            WHERE j.job_id = for_job AND j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
+            WHERE j.job_id = for_job AND jobs_tenant_visible(j.tenant)
+              AND j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
         ), carried AS (
             SELECT k.key, k.ord, coalesce(o.bound, 0) AS own_bound
             FROM job, unnest(job.keys) WITH ORDINALITY AS k(key, ord)
@@ -728,6 +729,9 @@ GRANT ALL ON FUNCTION public.jobs_delete_finished(job_ids uuid[], retention_seco
 REVOKE ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) TO jobs_worker;
 
+REVOKE ALL ON FUNCTION public.jobs_waiting_reason(for_job uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.jobs_waiting_reason(for_job uuid) TO jobs_api;
+
 GRANT SELECT,INSERT ON TABLE public.admin_actions TO jobs_api;
 
 GRANT SELECT,INSERT ON TABLE public.job_attempt_errors TO jobs_api;
@@ -778,6 +782,8 @@ GRANT UPDATE(last_error_message) ON TABLE public.jobs TO jobs_worker;
 GRANT UPDATE(transition_actor) ON TABLE public.jobs TO jobs_worker;
 
 GRANT UPDATE(transition_reason) ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(running_keys) ON TABLE public.jobs TO jobs_worker;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.kind_pauses TO jobs_api;
 GRANT SELECT ON TABLE public.kind_pauses TO jobs_worker;

@@ -10,6 +10,7 @@ import pytest
 
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Completion, ErrorCategory, JobError, JobState, LeaseRef
+from shared.domain.limit_keys import WaitingReason
 from shared.storage import lease_store, scheduling_store
 from tests import factories
 
@@ -66,7 +67,7 @@ async def test_a_paused_kind_is_passed_over_and_its_jobs_wait_visibly(db, sync_d
     assert {job.job_id for job in claimed} == {job.job_id for job in later}
     async with db.transaction() as conn:
         why = await scheduling_store.waiting_reason(conn, A, paused[0].job_id)
-    assert why == scheduling_store.WaitingReason("kind_paused", "kind:sleep")
+    assert why == WaitingReason("kind_paused", "kind:sleep")
     assert sync_db.job(paused[0].job_id)["state"] == "pending"
     sync_db.execute("DELETE FROM kind_pauses")
     assert len(await factories.claim(db, kinds=("sleep",), limit=10)) == 10
@@ -85,7 +86,7 @@ async def test_a_full_key_is_passed_over_and_never_exceeded(db, sync_db):
     waiting = sync_db.one("SELECT job_id FROM jobs WHERE state = 'pending' LIMIT 1")["job_id"]
     async with db.transaction() as conn:
         why = await scheduling_store.waiting_reason(conn, A, JobId(str(waiting)))
-    assert why == scheduling_store.WaitingReason("limit_running", "kind:sleep")
+    assert why == WaitingReason("limit_running", "kind:sleep")
 
 
 async def test_a_key_a_kind_declares_is_shared_by_every_kind_that_declares_it(db, sync_db):
@@ -134,7 +135,7 @@ async def test_a_held_key_waits_until_its_time_for_every_job_that_carries_it(db,
         assert await scheduling_store.hold_key(conn, f"tenant:{A}", datetime.now(UTC)) == until
         why = await scheduling_store.waiting_reason(conn, A, held[0].job_id)
 
-    assert why == scheduling_store.WaitingReason("key_held", f"tenant:{A}")
+    assert why == WaitingReason("key_held", f"tenant:{A}")
     assert _tenants(await factories.claim(db, kinds=("sleep", "echo"), limit=10)) == {B: 2}
     sync_db.execute("UPDATE job_key_state SET held_until = clock_timestamp() - interval '1 second'")
     assert _tenants(await factories.claim(db, kinds=("sleep", "echo"), limit=10)) == {A: 3}

@@ -6,15 +6,18 @@ every request. The tenant comes from the credential, so one tenant's entry is ne
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from api_service.result_cache import ResultCache, ResultCacheLimits
 from shared.domain.errors import FailedPrecondition, FieldViolation, InvalidArgument, NotFound, ViolationCollector
 from shared.domain.ids import JobId, TenantId
-from shared.domain.jobs import Job, JobEvent, JobPage, JobResult, ListFilter, PageCursor
+from shared.domain.jobs import Job, JobEvent, JobPage, JobResult, JobState, ListFilter, PageCursor
 from shared.domain.submission_rules import SubmissionLimits, check_job_id, check_text
-from shared.storage import job_store
+from shared.storage import job_store, scheduling_store
 from shared.storage.database import Database
 
 PAGE_SIZE_DEFAULT = 50
+_MAY_BE_HELD = frozenset({JobState.PENDING, JobState.RETRY_WAIT})
 PAGE_SIZE_MAX = 500
 # What an entry costs beyond its payload: the key, the result (and job) records, the cache's own links.
 # Measured with tracemalloc: about 0.6 KiB for a job's result, 1.2 KiB for a latest result with its job.
@@ -39,6 +42,8 @@ class JobQueries:
         check_job_id(job_id)
         async with self._db.transaction(tenant) as conn:
             job = await job_store.get_job(conn, tenant, job_id)
+            if job is not None and job.state in _MAY_BE_HELD:
+                job = replace(job, waiting=await scheduling_store.waiting_reason(conn, tenant, job_id))
         if job is None:
             raise NotFound()
         return job

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from shared.domain.ids import FencingToken, JobId, TenantId
+from shared.domain.limit_keys import WaitingReason
 from shared.domain.trace_context import TraceContext
 
 
@@ -68,6 +69,8 @@ class NewJob:
     depends_on: tuple[JobId, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     dedupe_by_input: bool = False
+    # As the caller wrote them (`name` or `name@N`); scoped to the tenant when stored.
+    limit_keys: tuple[str, ...] = ()
     # From the request's metadata, not its fields: not part of the request an idempotency key names.
     trace_context: TraceContext | None = None
 
@@ -95,6 +98,8 @@ class Job:
     idempotency_key: str | None
     depends_on: tuple[JobId, ...]
     labels: dict[str, str]
+    # Why a runnable job is not being started (a pause, a hold, a full limit); read for one job on request.
+    waiting: WaitingReason | None = None
 
 
 @dataclass(frozen=True)

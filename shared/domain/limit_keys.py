@@ -22,10 +22,18 @@ _KEY = re.compile(rf"^([A-Za-z0-9_.:=-]{{1,{KEY_NAME_MAX}}})(?:@([0-9]{{1,5}}))?
 
 @dataclass(frozen=True)
 class SubmissionKeys:
-    """The scoped keys of one submission with each one's own bound (0: none)."""
+    """The keys of one submission with each one's own bound (0: none)."""
 
     keys: tuple[str, ...] = ()
     bounds: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class WaitingReason:
+    """Why a runnable job is not claimed: `kind_paused`, `key_held`, `limit_running` or `limit_rate`."""
+
+    reason: str
+    key: str
 
 
 def kind_key(kind: str) -> str:
@@ -41,13 +49,13 @@ def scoped_key(tenant: str, name: str) -> str:
 
 
 def parse_submission_keys(
-    tenant: str, raw: Sequence[str], violations: ViolationCollector, *, field: str = "limit_keys"
+    raw: Sequence[str], violations: ViolationCollector, *, field: str = "limit_keys"
 ) -> SubmissionKeys:
-    """Scopes the submission's keys to its tenant; every bad entry is reported under `field`."""
+    """The submission's key names (unscoped) with their own bounds; every bad entry is reported under `field`."""
     if len(raw) > SUBMISSION_KEYS_MAX:
         violations.add(field, f"at most {SUBMISSION_KEYS_MAX} keys")
         return SubmissionKeys()
-    keys: list[str] = []
+    names: list[str] = []
     bounds: list[int] = []
     for index, entry in enumerate(raw):
         match = _KEY.match(entry)
@@ -58,10 +66,17 @@ def parse_submission_keys(
                 f"a key is 1-{KEY_NAME_MAX} of A-Z a-z 0-9 _ . : = -, optionally @N with N in 1..{OWN_BOUND_MAX}",
             )
             continue
-        scoped = scoped_key(tenant, match[1])
-        if scoped in keys:
+        if match[1] in names:
             violations.add(f"{field}[{index}]", "the same key twice")
             continue
-        keys.append(scoped)
+        names.append(match[1])
         bounds.append(bound)
-    return SubmissionKeys(tuple(keys), tuple(bounds))
+    return SubmissionKeys(tuple(names), tuple(bounds))
+
+
+def scope_submission_keys(tenant: str, raw: Sequence[str]) -> SubmissionKeys:
+    """The keys as stored and counted: each name scoped to the submitting tenant. Raises on bad input."""
+    violations = ViolationCollector()
+    parsed = parse_submission_keys(raw, violations)
+    violations.raise_if_any()
+    return SubmissionKeys(tuple(scoped_key(tenant, name) for name in parsed.keys), parsed.bounds)

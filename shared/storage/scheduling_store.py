@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from shared.domain.ids import JobId, TenantId
-from shared.domain.limit_keys import SubmissionKeys
+from shared.domain.limit_keys import SubmissionKeys, WaitingReason
 from shared.storage import queries
 from shared.storage.database import Connection
-
-
-@dataclass(frozen=True)
-class WaitingReason:
-    """Why a runnable job is not claimed: `kind_paused`, `key_held`, `limit_running` or `limit_rate`."""
-
-    reason: str
-    key: str
 
 
 async def set_limit_keys(conn: Connection, tenant: TenantId, job_id: JobId, keys: SubmissionKeys) -> None:

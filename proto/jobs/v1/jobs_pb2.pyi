@@ -55,7 +55,7 @@ class JobError(_message.Message):
     def __init__(self, category: _Optional[_Union[ErrorCategory, str]] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "kind", "state", "attempts", "max_attempts", "created_at", "run_after", "started_at", "finished_at", "last_error", "cancel_requested", "resource_key", "resource_version", "sequence", "priority", "deadline", "depends_on", "labels", "idempotency_key", "fencing_token")
+    __slots__ = ("job_id", "kind", "state", "attempts", "max_attempts", "created_at", "run_after", "started_at", "finished_at", "last_error", "cancel_requested", "resource_key", "resource_version", "sequence", "priority", "deadline", "depends_on", "labels", "idempotency_key", "fencing_token", "waiting_reason", "waiting_for_key")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +83,8 @@ class Job(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REASON_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FOR_KEY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     kind: str
     state: JobState
@@ -103,10 +105,12 @@ class Job(_message.Message):
     labels: _containers.ScalarMap[str, str]
     idempotency_key: str
     fencing_token: int
-    def __init__(self, job_id: _Optional[str] = ..., kind: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., attempts: _Optional[int] = ..., max_attempts: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[_Union[JobError, _Mapping]] = ..., cancel_requested: _Optional[bool] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., sequence: _Optional[int] = ..., priority: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ..., fencing_token: _Optional[int] = ...) -> None: ...
+    waiting_reason: str
+    waiting_for_key: str
+    def __init__(self, job_id: _Optional[str] = ..., kind: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., attempts: _Optional[int] = ..., max_attempts: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[_Union[JobError, _Mapping]] = ..., cancel_requested: _Optional[bool] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., sequence: _Optional[int] = ..., priority: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., waiting_reason: _Optional[str] = ..., waiting_for_key: _Optional[str] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("kind", "payload", "idempotency_key", "priority", "run_after", "max_attempts", "deadline", "resource_key", "resource_version", "depends_on", "labels", "dedupe_by_input")
+    __slots__ = ("kind", "payload", "idempotency_key", "priority", "run_after", "max_attempts", "deadline", "resource_key", "resource_version", "depends_on", "labels", "dedupe_by_input", "limit_keys")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +130,7 @@ class SubmitJobRequest(_message.Message):
     DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     DEDUPE_BY_INPUT_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_KEYS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     payload: bytes
     idempotency_key: str
@@ -138,7 +143,8 @@ class SubmitJobRequest(_message.Message):
     depends_on: _containers.RepeatedScalarFieldContainer[str]
     labels: _containers.ScalarMap[str, str]
     dedupe_by_input: bool
-    def __init__(self, kind: _Optional[str] = ..., payload: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., priority: _Optional[int] = ..., run_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., depends_on: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., dedupe_by_input: _Optional[bool] = ...) -> None: ...
+    limit_keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, kind: _Optional[str] = ..., payload: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., priority: _Optional[int] = ..., run_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., depends_on: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., dedupe_by_input: _Optional[bool] = ..., limit_keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("job", "created")

@@ -198,18 +198,21 @@ BEGIN
 END
 $$;
 
--- Why a runnable job of one tenant is not being claimed, when a pause, a hold or a full limit is the
--- reason; no row when none is. Computed on read: nothing is stored per waiting job.
+-- Why a runnable job is not being claimed, when a pause, a hold or a full limit is the reason; no row
+-- when none is. Computed on read: nothing is stored per waiting job. It runs as its owner because a
+-- key's running jobs are every tenant's; the job itself is looked up only within the caller's tenant
+-- (jobs_tenant_visible), and what comes back of the others is whether the key is full.
 CREATE FUNCTION jobs_waiting_reason(for_job uuid)
     RETURNS TABLE (reason text, key text)
-    LANGUAGE sql STABLE
+    LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path = public, pg_temp
     AS $$
         WITH job AS (
             SELECT j.job_id, j.kind, jobs_effective_keys(j.tenant, j.kind, jk.limit_keys, j.limit_keys) AS keys,
                    j.limit_keys AS own_keys, j.limit_key_bounds AS own_bounds
             FROM jobs AS j LEFT JOIN job_kinds AS jk ON jk.kind = j.kind
-            WHERE j.job_id = for_job AND j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
+            WHERE j.job_id = for_job AND jobs_tenant_visible(j.tenant)
+              AND j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
         ), carried AS (
             SELECT k.key, k.ord, coalesce(o.bound, 0) AS own_bound
             FROM job, unnest(job.keys) WITH ORDINALITY AS k(key, ord)
@@ -261,3 +264,7 @@ END $$;
 
 -- Workers claim (and so take tokens); the API holds keys on a provider's pushback and reads why a job waits.
 GRANT SELECT, INSERT, UPDATE ON job_key_state TO jobs_worker, jobs_api;
+-- The claim records the keys a job holds while it runs; the keys it carries stay the submission's.
+GRANT UPDATE (running_keys) ON jobs TO jobs_worker;
+REVOKE ALL ON FUNCTION jobs_waiting_reason(uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobs_waiting_reason(uuid) TO jobs_api;
