@@ -10,7 +10,7 @@ import pytest
 
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Completion, ErrorCategory, JobError, JobState, LeaseRef
-from shared.domain.limit_keys import WaitingReason
+from shared.domain.limit_keys import WaitingReason, scope_submission_keys
 from shared.storage import lease_store, scheduling_store
 from tests import factories
 
@@ -225,3 +225,12 @@ async def test_one_tenant_with_a_million_rows_does_not_hide_a_hundred_small_ones
     claimed = await factories.claim(db, limit=101)
 
     assert len(_tenants(claimed)) == 101
+
+
+async def test_two_tenants_own_keys_of_one_name_are_different_keys(db, sync_db):
+    for tenant in (A, B):
+        scoped = scope_submission_keys(tenant, ["doc:1@1"])
+        for job in await factories.insert_jobs(db, 2, tenant=tenant):
+            factories.add_own_keys(sync_db, job.job_id, scoped.keys, scoped.bounds)
+
+    assert _tenants(await factories.claim(db, limit=10)) == {A: 1, B: 1}

@@ -190,9 +190,11 @@ WITH RECURSIVE running AS (
     LEFT JOIN running AS r ON r.key = 'tenant:' || c.tenant
     LEFT JOIN tenant_weights AS w ON w.tenant = c.tenant
 )
+-- Four times the batch: room for the rows racing claimers lock first, and for candidates a full key turns away.
 SELECT a.*
 FROM jobs_claim_admit(%(worker_id)s, %(lease_seconds)s, %(limit)s,
-                      ARRAY(SELECT job_id FROM ranked ORDER BY priority DESC, share, run_after, job_id)) AS a;
+                      ARRAY(SELECT job_id FROM ranked ORDER BY priority DESC, share, run_after, job_id
+                            LIMIT 4 * %(limit)s)) AS a;
 
 -- name: job_lock_expired_leases
 -- Locks up to `limit` running jobs whose lease ran out, oldest first, skipping rows another sweep holds and
