@@ -105,6 +105,7 @@ def new_job_from_proto(
         depends_on=tuple(JobId(d) for d in request.depends_on),
         labels=dict(request.labels),
         dedupe_by_input=request.dedupe_by_input,
+        limit_keys=tuple(request.limit_keys),
         trace_context=trace_context,
     )
 
@@ -136,6 +137,8 @@ def job_to_proto(job: Job) -> jobs_pb2.Job:
     if job.progress is not None:
         message.progress.CopyFrom(progress_to_proto(job.progress))
     message.checkpoints.extend(checkpoint_to_proto(c) for c in job.checkpoints)
+    if job.waiting:
+        message.waiting_reason, message.waiting_for_key = job.waiting.reason, job.waiting.key
     return message
 
 

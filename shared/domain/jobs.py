@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from shared.domain.ids import FencingToken, JobId, TenantId
+from shared.domain.limit_keys import WaitingReason
 from shared.domain.trace_context import TraceContext
 
 if TYPE_CHECKING:  # checkpoints imports this module
@@ -72,6 +73,8 @@ class NewJob:
     depends_on: tuple[JobId, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     dedupe_by_input: bool = False
+    # As the caller wrote them (`name` or `name@N`); scoped to the tenant when stored.
+    limit_keys: tuple[str, ...] = ()
     # From the request's metadata, not its fields: not part of the request an idempotency key names.
     trace_context: TraceContext | None = None
 
@@ -102,6 +105,8 @@ class Job:
     # Read beside the row by the calls that show them (GetJob; WatchJob for progress).
     progress: Progress | None = None
     checkpoints: tuple[Checkpoint, ...] = ()
+    # Why a runnable job is not being started (a pause, a hold, a full limit); read for one job on request.
+    waiting: WaitingReason | None = None
 
 
 @dataclass(frozen=True)

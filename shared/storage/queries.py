@@ -11,6 +11,7 @@ _session = load_sql_blocks("session.sql")
 _migrations = load_sql_blocks("migrations.sql")
 _kinds = load_sql_blocks("kinds.sql")
 _admin = load_sql_blocks("admin.sql")
+_scheduling = load_sql_blocks("scheduling.sql")
 
 JOB_INSERT = _jobs.pop("job_insert")
 JOB_INSERT_MANY = _jobs.pop("job_insert_many")
@@ -53,6 +54,7 @@ RECEIPT_LIST = _receipts.pop("receipt_list")
 
 METRICS_EXPORTER_LOCK_TRY = _metrics.pop("metrics_exporter_lock_try")
 METRICS_QUEUE_SNAPSHOT = _metrics.pop("metrics_queue_snapshot")
+METRICS_LIMIT_SNAPSHOT = _metrics.pop("metrics_limit_snapshot")
 
 SESSION_SCOPE_TENANT = _session.pop("session_scope_tenant")
 SESSION_SCOPE_TIMEOUT = _session.pop("session_scope_timeout")
@@ -78,6 +80,9 @@ ADMIN_ACTION_RECORD = _admin.pop("admin_action_record")
 ADMIN_JOB_SEARCH = _admin.pop("admin_job_search")
 ADMIN_JOB_MATCH = _admin.pop("admin_job_match")
 ADMIN_JOB_TENANT = _admin.pop("admin_job_tenant")
+JOB_SET_LIMIT_KEYS = _scheduling.pop("job_set_limit_keys")
+KEY_HOLD = _scheduling.pop("key_hold")
+JOB_WAITING_REASON = _scheduling.pop("job_waiting_reason")
 
 MIGRATION_LOCK = _migrations.pop("migration_lock")
 MIGRATION_UNLOCK = _migrations.pop("migration_unlock")
@@ -87,7 +92,18 @@ MIGRATION_RECORD = _migrations.pop("migration_record")
 
 _unused = sorted(
     name
-    for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations, _kinds, _admin)
+    for blocks in (
+        _jobs,
+        _results,
+        _events,
+        _receipts,
+        _metrics,
+        _session,
+        _migrations,
+        _kinds,
+        _admin,
+        _scheduling,
+    )
     for name in blocks
 )
 if _unused:

@@ -120,32 +120,81 @@ ORDER BY created_at DESC, job_id DESC
 LIMIT %(limit)s;
 
 -- name: job_claim_batch
--- Claims up to `limit` runnable jobs of the given kinds under a new lease, raising each fencing token.
-WITH candidates AS (
-    SELECT job_id
-    FROM jobs
-    WHERE state IN ('pending', 'retry_wait')
-      AND run_after <= clock_timestamp()
-      AND (deadline IS NULL OR deadline > clock_timestamp())
-      AND kind = ANY (%(kinds)s::text[])
-    ORDER BY priority DESC, run_after, job_id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+-- Claims up to `limit` runnable jobs of the given kinds under new leases, raising each fencing token, in
+-- fair order (priority, tenant share, age); paused kinds and full keys are passed over (docs/SCHEDULING.md).
+WITH RECURSIVE running AS (
+    -- Keys of running jobs with their counts: a tenant's share so far, and limits that are full.
+    SELECT rk AS key, count(*) AS n
+    FROM jobs AS j, unnest(j.running_keys) AS rk
+    WHERE j.state = 'running'
+    GROUP BY rk
+), blocked AS (
+    -- Keys nothing may start under now. Read without locks: a filter only; jobs_claim_admit decides.
+    SELECT array_agg(b.key) AS keys
+    FROM (SELECT s.key FROM job_key_state AS s WHERE s.held_until > clock_timestamp()
+          UNION
+          SELECT l.key
+          FROM job_limits AS l
+          LEFT JOIN running AS r ON r.key = l.key
+          LEFT JOIN job_key_state AS s ON s.key = l.key
+          WHERE (l.max_running > 0 AND coalesce(r.n, 0) >= l.max_running)
+             OR (l.rate_per_second > 0
+                 AND jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, clock_timestamp()) < 1)
+         ) AS b
+), open_kinds AS (
+    SELECT k.kind
+    FROM unnest(%(kinds)s::text[]) AS k(kind)
+    LEFT JOIN job_kinds AS jk ON jk.kind = k.kind
+    CROSS JOIN blocked AS b
+    WHERE NOT EXISTS (SELECT 1 FROM kind_pauses AS p WHERE p.kind = k.kind)
+      AND NOT coalesce(('kind:' || k.kind) = ANY (b.keys) OR jk.limit_keys && b.keys, false)
+), tenants AS (
+    -- Per open kind, each tenant with runnable rows: one index descent per tenant, however long its queue.
+    SELECT o.kind, (SELECT j.tenant FROM jobs AS j
+                    WHERE j.state IN ('pending', 'retry_wait') AND j.kind = o.kind
+                    ORDER BY j.tenant LIMIT 1) AS tenant
+    FROM open_kinds AS o
+    UNION ALL
+    SELECT t.kind, (SELECT j.tenant FROM jobs AS j
+                    WHERE j.state IN ('pending', 'retry_wait') AND j.kind = t.kind AND j.tenant > t.tenant
+                    ORDER BY j.tenant LIMIT 1)
+    FROM tenants AS t
+    WHERE t.tenant IS NOT NULL
+), candidates AS (
+    SELECT c.job_id, c.tenant, c.priority, c.run_after
+    FROM tenants AS t
+    CROSS JOIN blocked AS b
+    CROSS JOIN LATERAL (
+        SELECT j.job_id, j.tenant, j.priority, j.run_after
+        FROM jobs AS j
+        WHERE j.state IN ('pending', 'retry_wait') AND j.kind = t.kind AND j.tenant = t.tenant
+          AND j.run_after <= clock_timestamp()
+          AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+          AND (j.limit_keys = '{}'
+               OR (NOT coalesce(j.limit_keys && b.keys, false)
+                   AND NOT EXISTS (SELECT 1
+                                   FROM unnest(j.limit_keys, j.limit_key_bounds) AS o(key, bound)
+                                   JOIN running AS r ON r.key = o.key
+                                   WHERE o.bound > 0 AND r.n >= o.bound)))
+        ORDER BY j.priority DESC, j.run_after, j.job_id
+        LIMIT %(limit)s
+    ) AS c
+    WHERE t.tenant IS NOT NULL AND NOT coalesce(('tenant:' || t.tenant) = ANY (b.keys), false)
+), ranked AS (
+    -- A tenant's n-th candidate goes after every tenant whose running and earlier candidates weigh less.
+    SELECT c.job_id, c.priority, c.run_after,
+           (coalesce(r.n, 0) + row_number() OVER (PARTITION BY c.tenant
+                                                  ORDER BY c.priority DESC, c.run_after, c.job_id))::float8
+               / coalesce(w.weight, 1) AS share
+    FROM candidates AS c
+    LEFT JOIN running AS r ON r.key = 'tenant:' || c.tenant
+    LEFT JOIN tenant_weights AS w ON w.tenant = c.tenant
 )
-UPDATE jobs AS j
-SET state = 'running',
-    attempts = j.attempts + 1,
-    fencing_token = j.fencing_token + 1,
-    lease_owner = %(worker_id)s,
-    lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
-    started_at = clock_timestamp(),
-    transition_actor = 'worker:' || %(worker_id)s,
-    transition_reason = 'claimed'
-FROM candidates AS c
-WHERE j.job_id = c.job_id
-RETURNING j.job_id, j.tenant, j.kind, j.payload, j.attempts, j.max_attempts, j.fencing_token,
-          j.lease_expires_at, j.created_at, greatest(j.run_after, j.created_at) AS queued_since,
-          j.started_at AS claimed_at, j.traceparent, j.tracestate;
+-- Four times the batch: room for the rows racing claimers lock first, and for candidates a full key turns away.
+SELECT a.*
+FROM jobs_claim_admit(%(worker_id)s, %(lease_seconds)s, %(limit)s,
+                      ARRAY(SELECT job_id FROM ranked ORDER BY priority DESC, share, run_after, job_id
+                            LIMIT 4 * %(limit)s)) AS a;
 
 -- name: job_lock_expired_leases
 -- Locks up to `limit` running jobs whose lease ran out, oldest first, skipping rows another sweep holds and
