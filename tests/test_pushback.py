@@ -27,8 +27,9 @@ from shared.domain.jobs import (
     ReportOutcome,
     RetryHint,
 )
+from shared.domain.limit_keys import WaitingReason
 from shared.handlers import PushedBack, RetryableError
-from shared.storage import receipt_store
+from shared.storage import receipt_store, scheduling_store
 from shared.storage.database import Database
 from tests import factories
 from tests.db_fixtures import SyncProbe
@@ -104,6 +105,34 @@ async def test_a_pushed_back_job_keeps_its_only_attempt_and_waits_until_told(db,
     assert all(e["to_state"] == "pending" and f"(key {KEY})" in e["reason"] for e in pushed)
     assert all("429 Too Many Requests" in e["reason"] for e in pushed)
     assert not sync_db.rows("SELECT 1 FROM job_attempt_errors WHERE job_id = %s", (claimed.job_id,))
+
+
+async def test_a_pushback_on_a_key_holds_every_job_that_carries_it_until_then(db, sync_db, reports):
+    factories.declare_kind_keys(sync_db, "echo", [KEY])
+    await factories.insert_jobs(db, 3)
+    await factories.insert_jobs(db, 2, kind="sleep")  # carries no provider key
+    claimed = await factories.claim_one(db)
+
+    (outcome,) = await reports.fail_many(WORKER_ID, [pushback(claimed, 120)])
+
+    assert isinstance(outcome, FailOutcome)
+    held = sync_db.one("SELECT held_until FROM job_key_state WHERE key = %s", (KEY,))
+    assert held is not None and held["held_until"] == outcome.next_attempt_at
+    again = await factories.claim(db, kinds=("echo", "sleep"), limit=10)
+    assert [job.kind for job in again] == ["sleep", "sleep"], "the key's other jobs wait out the hold"
+    other = sync_db.one("SELECT job_id FROM jobs WHERE kind = 'echo' AND job_id <> %s LIMIT 1", (claimed.job_id,))
+    async with db.transaction() as conn:
+        why = await scheduling_store.waiting_reason(conn, factories.TENANT_DEFAULT, other["job_id"])
+    assert why == WaitingReason("key_held", KEY)
+
+
+async def test_a_pushback_on_a_key_the_job_does_not_carry_holds_nothing(db, sync_db, reports):
+    claimed = await factories.insert_and_claim(db)
+
+    (outcome,) = await reports.fail_many(WORKER_ID, [pushback(claimed, 120, key="provider:someone-else")])
+
+    assert isinstance(outcome, FailOutcome) and outcome.state is JobState.PENDING
+    assert sync_db.rows("SELECT key FROM job_key_state") == []
 
 
 async def test_a_retry_hint_replaces_the_backoff(db, sync_db, reports):

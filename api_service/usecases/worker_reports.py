@@ -23,6 +23,7 @@ from shared.domain.errors import (
     JobSuperseded,
     LeaseLost,
 )
+from shared.domain.ids import JobId
 from shared.domain.jobs import (
     PUSHBACKS_UNCOUNTED_MAX,
     RETRY_AFTER_MAX_SECONDS,
@@ -38,7 +39,7 @@ from shared.domain.jobs import (
     RetryHint,
 )
 from shared.domain.submission_rules import is_job_id
-from shared.storage import checkpoint_store, job_store, lease_store, progress_store
+from shared.storage import checkpoint_store, job_store, lease_store, progress_store, scheduling_store
 from shared.storage.database import Connection, Database
 
 log = logging.getLogger(__name__)
@@ -167,11 +168,19 @@ class WorkerReports:
                 self._refused("failure", report.lease, outcome, worker_id)
         return [outcomes[r.lease.job_id] for r in checked]
 
+    @staticmethod
+    async def _hold_key(conn: Connection, job_id: JobId, key: str) -> None:
+        """The provider refused the key, not only this job: every job carrying it waits as long."""
+        if await scheduling_store.hold_pushed_key(conn, job_id, key) is None:
+            log.warning(
+                "pushback names a key the job does not carry; no key held", extra={"job_id": job_id, "limit_key": key}
+            )
+
     async def _fail_one(self, conn: Connection, worker_id: str, report: FailureReport) -> FailOutcome | ReportOutcome:
         hint, lease, error = report.hint, report.lease, report.error
         if hint is not None and hint.pushed_back:
             # Not a failure: no attempt error is kept; the history records the pushback itself.
-            return await lease_store.push_back(
+            pushed = await lease_store.push_back(
                 conn,
                 worker_id=worker_id,
                 lease=lease,
@@ -179,6 +188,9 @@ class WorkerReports:
                 message=error.message,
                 uncounted_max=PUSHBACKS_UNCOUNTED_MAX,
             )
+            if hint.limit_key and isinstance(pushed, FailOutcome) and pushed.state is JobState.PENDING:
+                await self._hold_key(conn, lease.job_id, hint.limit_key)
+            return pushed
         outcome = await lease_store.fail_attempt(
             conn,
             worker_id=worker_id,

@@ -82,6 +82,7 @@ ADMIN_JOB_MATCH = _admin.pop("admin_job_match")
 ADMIN_JOB_TENANT = _admin.pop("admin_job_tenant")
 JOB_SET_LIMIT_KEYS = _scheduling.pop("job_set_limit_keys")
 KEY_HOLD = _scheduling.pop("key_hold")
+JOB_HOLD_PUSHED_KEY = _scheduling.pop("job_hold_pushed_key")
 JOB_WAITING_REASON = _scheduling.pop("job_waiting_reason")
 
 MIGRATION_LOCK = _migrations.pop("migration_lock")

@@ -29,6 +29,14 @@ async def hold_key(conn: Connection, key: str, until: datetime) -> datetime:
     return held_until
 
 
+async def hold_pushed_key(conn: Connection, job_id: JobId, key: str) -> datetime | None:
+    """After a pushback: holds `key` until the job's next run, for every job that carries it. Only a key
+    the job carried when claimed can be held (`tenant:<t>/<name>` also by its `<name>`); None otherwise."""
+    cur = await conn.execute(queries.JOB_HOLD_PUSHED_KEY, {"job_id": job_id, "key": key})
+    row = await cur.fetchone()
+    return row["held_until"] if row else None
+
+
 async def waiting_reason(conn: Connection, tenant: TenantId, job_id: JobId) -> WaitingReason | None:
     """Computed on read for one job; None when the job is not runnable-but-held (or not this tenant's)."""
     cur = await conn.execute(queries.JOB_WAITING_REASON, {"tenant": tenant, "job_id": job_id})

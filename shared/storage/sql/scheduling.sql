@@ -16,3 +16,12 @@ SELECT w.reason, w.key
 FROM jobs AS j
 CROSS JOIN LATERAL jobs_waiting_reason(j.job_id) AS w
 WHERE j.tenant = %(tenant)s AND j.job_id = %(job_id)s::uuid;
+
+-- name: job_hold_pushed_key
+-- Holds a key a pushed-back job carried (by its full name, or one of the job's own by the name its tenant gave) until the job's next run.
+SELECT jobs_hold_key(k.key, j.run_after) AS held_until
+FROM jobs AS j
+CROSS JOIN LATERAL unnest(j.running_keys) AS k(key)
+WHERE j.job_id = %(job_id)s::uuid
+  AND (k.key = %(key)s OR k.key = 'tenant:' || j.tenant || '/' || %(key)s)
+LIMIT 1;
