@@ -13,6 +13,7 @@ import grpc
 from google.protobuf.message import Message
 
 from jobs.v1 import worker_pb2, worker_pb2_grpc
+from shared.domain.ids import JobId
 from shared.domain.jobs import Completion, JobError, JobState, LeaseRef, LeaseStatus, ReportOutcome
 from shared.rpc_error_details import rpc_error_details
 from worker_service import convert
@@ -26,6 +27,7 @@ _REFUSALS = {
     "LEASE_LOST": ReportOutcome.LEASE_LOST,
     "JOB_CANCELLED": ReportOutcome.JOB_CANCELLED,
     "JOB_SUPERSEDED": ReportOutcome.JOB_SUPERSEDED,
+    "RESOURCE_DELETED": ReportOutcome.RESOURCE_DELETED,
 }
 CALL_TIMEOUT_SECONDS = 10.0
 # Retries of an indeterminate failure back off from the first delay, doubling up to the cap.
@@ -119,3 +121,19 @@ class ApiClient:
         if isinstance(response, ReportOutcome):
             return response
         return convert.state_from_proto(response.state) or JobState.PENDING
+
+    async def dependency_results(self, lease: LeaseRef, *, deadline: float) -> dict[JobId, bytes] | ReportOutcome:
+        """Every page of the leased job's dependency results, or the refusal when the lease is no longer held."""
+        results: dict[JobId, bytes] = {}
+        after = ""
+        while True:
+            request = worker_pb2.GetDependencyResultsRequest(
+                job_id=lease.job_id, fencing_token=lease.fencing_token, after_job_id=after
+            )
+            response = await self._call(self._stub.GetDependencyResults, request, deadline=deadline)
+            if isinstance(response, ReportOutcome):
+                return response
+            results.update((JobId(r.job_id), r.payload) for r in response.results)
+            if not response.next_after_job_id:
+                return results
+            after = response.next_after_job_id

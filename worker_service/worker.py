@@ -31,6 +31,7 @@ from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
 from worker_service.background_loops import apply_retention, listen_for_work, rescue_leases
 from worker_service.completion_batcher import CompletionBatcher
+from worker_service.dependency_reader import ApiDependencyResults
 from worker_service.handler_executors import HandlerExecutors, HandlerProcessFailed
 from worker_service.health_server import WorkerHealth
 from worker_service.kind_publisher import KindPublisher
@@ -60,6 +61,7 @@ _REFUSAL_LABELS = {
     ReportOutcome.LEASE_LOST: "lease_lost",
     ReportOutcome.JOB_CANCELLED: "cancelled",
     ReportOutcome.JOB_SUPERSEDED: "superseded",
+    ReportOutcome.RESOURCE_DELETED: "resource_deleted",
 }
 
 
@@ -249,6 +251,9 @@ class Worker:
             max_attempts=job.max_attempts,
             fencing_token=job.fencing_token,
             receipt_book=DatabaseReceiptBook(self._db, LeaseRef(job.job_id, job.fencing_token)),
+            dependency_source=ApiDependencyResults(
+                self._api, LeaseRef(job.job_id, job.fencing_token), self._report_deadline
+            ),
             traceparent=job.trace_context.traceparent if job.trace_context else None,
             tracestate=job.trace_context.tracestate if job.trace_context else None,
         )

@@ -95,6 +95,12 @@ class ReceiptBook(Protocol):
     async def list(self) -> list[Receipt]: ...
 
 
+class DependencyResults(Protocol):
+    """Where a context reads the results of the jobs its job depends on; each read is fenced by the lease."""
+
+    async def read(self) -> dict[JobId, bytes]: ...
+
+
 @dataclass
 class JobContext:
     job_id: JobId
@@ -114,7 +120,16 @@ class JobContext:
     # current span while the handler runs, so instrumented libraries nest under it on their own.
     traceparent: str | None = None
     tracestate: str | None = None
+    dependency_source: DependencyResults | None = None
     _unconfirmed: set[str] = field(default_factory=set)
+
+    async def dependency_results(self) -> dict[JobId, bytes]:
+        """The stored results of the jobs this one depends on (depends_on; a delivery set's members for its
+        fan-in), by job id. Read through the API for this attempt's lease only: a replaced attempt gets
+        LeaseLost. A dependency whose resource was deleted since has no result and is absent."""
+        if self.dependency_source is None:
+            raise RuntimeError("this context has no dependency results")
+        return await self.dependency_source.read()
 
     async def record_intent(self, step: str, intent: bytes = b"") -> None:
         """Call just before an external call with side effects. If this attempt's lease then expires
