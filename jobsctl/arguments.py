@@ -72,7 +72,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     latest.add_argument("resource_key", metavar="RESOURCE_KEY")
     _add_list(command)
     _add_lifecycle(command)
-    _add_resources_and_sets(command)
+    _add_resources_and_sets(command, after_command)
     command(
         "dev",
         help="run the local stack (what `make run` runs): the API and two workers on loopback",
@@ -157,11 +157,14 @@ def _add_lifecycle(command: Callable[..., argparse.ArgumentParser]) -> None:
     events.add_argument("job_id", metavar="JOB_ID")
 
 
-def _add_resources_and_sets(command: Callable[..., argparse.ArgumentParser]) -> None:
+def _add_resources_and_sets(
+    command: Callable[..., argparse.ArgumentParser], after_command: argparse.ArgumentParser
+) -> None:
     resources = command("resources", help="delete a resource key (its jobs, results and versions so far)")
     actions = resources.add_subparsers(dest="resources_command", required=True, metavar="ACTION")
     delete = actions.add_parser(
         "delete",
+        parents=[after_command],
         help="delete every version submitted so far of RESOURCE_KEY",
         description="DeleteResource: cancels the key's unfinished jobs (running ones stop as for a cancel, and "
         "their results are refused), removes its results, and refuses later submissions of the deleted "
@@ -173,6 +176,7 @@ def _add_resources_and_sets(command: Callable[..., argparse.ArgumentParser]) -> 
     set_actions = sets.add_subparsers(dest="sets_command", required=True, metavar="ACTION")
     submit = set_actions.add_parser(
         "submit",
+        parents=[after_command],
         help="submit the jobs of one version as one set; prints the set",
         description="Each --member is NAME=KIND:PAYLOAD (payload as UTF-8 text, may be empty). A higher "
         "VERSION supersedes the whole older set.",
@@ -184,11 +188,12 @@ def _add_resources_and_sets(command: Callable[..., argparse.ArgumentParser]) -> 
         "--fan-in", metavar="KIND:PAYLOAD", help="a job that runs once every member succeeded and reads their results"
     )
     submit.add_argument("--policy", choices=POLICY_CHOICES, default="fail_set", help="when a member fails")
-    show = set_actions.add_parser("show", help="a set as it stands, whatever its state")
+    show = set_actions.add_parser("show", parents=[after_command], help="a set as it stands, whatever its state")
     show.add_argument("resource_key", metavar="RESOURCE_KEY")
     show.add_argument("--version", type=int, default=0, metavar="V", help="default: the highest version a set has")
     latest = set_actions.add_parser(
         "latest",
+        parents=[after_command],
         help="the set of the key's latest version with its results, only once complete (exit 4 until then)",
     )
     latest.add_argument("resource_key", metavar="RESOURCE_KEY")

@@ -5,20 +5,24 @@ fails the set or waits for a retry as its policy says."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 
 from api_service.usecases.delivery_sets import DeliverySets
 from api_service.usecases.lifecycle import JobLifecycle
+from api_service.usecases.resources import ResourceDeletions
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
 from shared.domain.delivery_sets import DeliverySet, FailurePolicy, NewDeliverySet, SetState
-from shared.domain.errors import AlreadyExists, FailedPrecondition, LeaseLost
+from shared.domain.errors import AlreadyExists, FailedPrecondition, LeaseLost, NotFound
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import Completion, ErrorCategory, JobError, JobState, LeaseRef, ReportOutcome
 from shared.domain.submission_rules import SubmissionLimits
 from shared.storage import dependency_results
-from shared.storage.database import Database
+from shared.storage.database import Database, PoolSettings
 from tests import factories
+from tests.database_roles import ServiceLogins
 from tests.db_fixtures import SyncProbe
 
 pytestmark = pytest.mark.timeout(60)
@@ -239,3 +243,30 @@ async def test_dependency_results_never_cross_tenants(db: Database, reports: Wor
     page = await reports.dependency_results(LeaseRef(claimed.job_id, claimed.fencing_token), None)
 
     assert page.results == []
+
+
+@pytest.fixture
+async def api_db(database_url: str, service_logins: ServiceLogins) -> AsyncIterator[Database]:
+    """The API's own role: row-level security and grants apply as in production."""
+    database = await Database.open(PoolSettings(ServiceLogins.url(database_url, service_logins.api), min_size=1))
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+async def test_sets_and_deletions_work_as_the_api_role_and_stay_within_the_tenant(api_db: Database, db: Database):
+    as_api = DeliverySets(api_db, SubmissionService(api_db, await factories.published_kinds(db), SubmissionLimits()))
+    api_reports = WorkerReports(api_db, _Rejections(), lease_max_seconds=3600)
+    stored, _ = await as_api.submit(TENANT, ACTOR, _new_set(1))
+    await _run(db, api_reports, *(m.job.job_id for m in stored.members))
+    assert (await as_api.latest_complete(TENANT, KEY)).state is SetState.COMPLETE
+    with pytest.raises(NotFound):
+        await as_api.get(OTHER_TENANT, KEY, 1)
+
+    with pytest.raises(NotFound):
+        await ResourceDeletions(api_db).delete(OTHER_TENANT, "tenant:tenant-b", KEY, "not theirs")
+    deletion = await ResourceDeletions(api_db).delete(TENANT, ACTOR, KEY, "withdrawn")
+
+    assert deletion.deleted_results == len(MEMBERS)
+    assert (await as_api.get(TENANT, KEY, 1)).state is SetState.DELETED
