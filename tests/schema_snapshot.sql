@@ -228,9 +228,11 @@ CREATE TABLE public.delivery_sets (
     resource_key text NOT NULL,
     resource_version bigint NOT NULL,
     failure_policy public.delivery_set_failure_policy NOT NULL,
+    member_count integer NOT NULL,
     fan_in_job_id uuid,
     created_by text NOT NULL,
     created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT delivery_sets_member_count_check CHECK (((member_count >= 1) AND (member_count <= 100))),
     CONSTRAINT delivery_sets_resource_version_check CHECK ((resource_version >= 1))
 );
 

@@ -270,3 +270,16 @@ async def test_sets_and_deletions_work_as_the_api_role_and_stay_within_the_tenan
 
     assert deletion.deleted_results == len(MEMBERS)
     assert (await as_api.get(TENANT, KEY, 1)).state is SetState.DELETED
+
+
+async def test_a_set_missing_a_member_removed_by_retention_is_never_complete(
+    db: Database, sets: DeliverySets, reports: WorkerReports, sync_db: SyncProbe
+):
+    stored, _ = await sets.submit(TENANT, ACTOR, _new_set(1, fan_in=False))
+    await _run(db, reports, *(m.job.job_id for m in stored.members))
+    sync_db.execute("DELETE FROM jobs WHERE job_id = %s", (_member(stored, "audio"),))  # as retention would
+
+    found = await sets.get(TENANT, KEY, 1)
+
+    assert found.state is SetState.EXPIRED and len(found.members) == 2
+    assert all(m.result is None for m in found.members)

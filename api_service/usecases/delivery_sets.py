@@ -146,6 +146,7 @@ class DeliverySets:
         state = set_state(
             header.failure_policy,
             (row.job.state for row in named),
+            member_count=header.member_count,
             newer_version=latest > header.resource_version,
             deleted=header.resource_version <= deleted,
         )

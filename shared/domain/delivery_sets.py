@@ -25,6 +25,8 @@ class SetState(enum.StrEnum):
     WAITING_FOR_RETRY = "waiting_for_retry"
     SUPERSEDED = "superseded"
     DELETED = "deleted"
+    # A member's job was removed by retention: the set can no longer be read whole.
+    EXPIRED = "expired"
 
 
 @dataclass(frozen=True)
@@ -58,12 +60,20 @@ class DeliverySet:
 
 
 def set_state(
-    policy: FailurePolicy, member_states: Iterable[JobState], *, newer_version: bool, deleted: bool
+    policy: FailurePolicy,
+    member_states: Iterable[JobState],
+    *,
+    member_count: int,
+    newer_version: bool,
+    deleted: bool,
 ) -> SetState:
-    """One rule for every read: a deleted or outdated version is never complete, whatever its members did."""
+    """One rule for every read: a deleted, outdated or partly removed set is never complete, whatever its
+    remaining members did."""
     states = list(member_states)
     if deleted:
         return SetState.DELETED
+    if len(states) < member_count:
+        return SetState.EXPIRED
     if newer_version or JobState.SUPERSEDED in states:
         return SetState.SUPERSEDED
     if all(state is JobState.SUCCEEDED for state in states):

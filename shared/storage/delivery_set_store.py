@@ -22,6 +22,7 @@ class SetHeader:
     resource_version: int
     failure_policy: FailurePolicy
     fan_in_job_id: JobId | None
+    member_count: int
     created_at: datetime
 
 
@@ -42,6 +43,7 @@ def _header(row: dict[str, Any]) -> SetHeader:
         row["resource_version"],
         FailurePolicy(row["failure_policy"]),
         JobId(str(fan_in)) if fan_in else None,
+        row["member_count"],
         row["created_at"],
     )
 
@@ -75,6 +77,7 @@ async def insert(
             "resource_version": resource_version,
             "failure_policy": policy.value,
             "fan_in_job_id": fan_in,
+            "member_count": len(members),
         },
     )
     row = await cur.fetchone()

@@ -45,6 +45,7 @@ class DeliverySetState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DELIVERY_SET_STATE_WAITING_FOR_RETRY: _ClassVar[DeliverySetState]
     DELIVERY_SET_STATE_SUPERSEDED: _ClassVar[DeliverySetState]
     DELIVERY_SET_STATE_DELETED: _ClassVar[DeliverySetState]
+    DELIVERY_SET_STATE_EXPIRED: _ClassVar[DeliverySetState]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_BLOCKED: JobState
@@ -69,6 +70,7 @@ DELIVERY_SET_STATE_FAILED: DeliverySetState
 DELIVERY_SET_STATE_WAITING_FOR_RETRY: DeliverySetState
 DELIVERY_SET_STATE_SUPERSEDED: DeliverySetState
 DELIVERY_SET_STATE_DELETED: DeliverySetState
+DELIVERY_SET_STATE_EXPIRED: DeliverySetState
 
 class JobError(_message.Message):
     __slots__ = ("category", "message", "traceback")

@@ -29,6 +29,9 @@ CREATE TABLE delivery_sets (
     resource_key     text NOT NULL,
     resource_version bigint NOT NULL CHECK (resource_version >= 1),
     failure_policy   delivery_set_failure_policy NOT NULL,
+    -- Retention may delete a long-finished member's job (and its row here): a set with fewer members than
+    -- it was submitted with can never be delivered again.
+    member_count     integer NOT NULL CHECK (member_count BETWEEN 1 AND 100),
     fan_in_job_id    uuid REFERENCES jobs (job_id) ON DELETE SET NULL,
     created_by       text NOT NULL,
     created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),

@@ -3,13 +3,13 @@
 
 -- name: delivery_set_get_by_version
 -- One tenant's set of one version of a resource key; no row when none was submitted.
-SELECT set_id, resource_key, resource_version, failure_policy, fan_in_job_id, created_at
+SELECT set_id, resource_key, resource_version, failure_policy, fan_in_job_id, member_count, created_at
 FROM delivery_sets
 WHERE tenant = %(tenant)s AND resource_key = %(resource_key)s AND resource_version = %(resource_version)s;
 
 -- name: delivery_set_get_highest
 -- One tenant's set of the highest version a set was submitted for under a resource key.
-SELECT set_id, resource_key, resource_version, failure_policy, fan_in_job_id, created_at
+SELECT set_id, resource_key, resource_version, failure_policy, fan_in_job_id, member_count, created_at
 FROM delivery_sets
 WHERE tenant = %(tenant)s AND resource_key = %(resource_key)s
 ORDER BY resource_version DESC
@@ -17,10 +17,11 @@ LIMIT 1;
 
 -- name: delivery_set_insert
 -- Stores a set's header; run under the resource head's lock, so one version gets one set.
-INSERT INTO delivery_sets (tenant, resource_key, resource_version, failure_policy, fan_in_job_id, created_by)
+INSERT INTO delivery_sets (tenant, resource_key, resource_version, failure_policy, fan_in_job_id, member_count,
+                           created_by)
 VALUES (%(tenant)s, %(resource_key)s, %(resource_version)s, %(failure_policy)s::delivery_set_failure_policy,
-        %(fan_in_job_id)s::uuid, %(actor)s)
-RETURNING set_id, resource_key, resource_version, failure_policy, fan_in_job_id, created_at;
+        %(fan_in_job_id)s::uuid, %(member_count)s, %(actor)s)
+RETURNING set_id, resource_key, resource_version, failure_policy, fan_in_job_id, member_count, created_at;
 
 -- name: delivery_set_members_insert
 -- Stores a set's members by name.
