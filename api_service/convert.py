@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 
 from jobs.v1 import jobs_pb2, worker_pb2
 from shared.domain.checkpoints import Checkpoint, Progress, ProgressReport
+from shared.domain.delivery_sets import DeliverySet, FailurePolicy, NewDeliverySet, SetState
 from shared.domain.errors import FieldViolation, InvalidArgument
 from shared.domain.ids import FencingToken, JobId
 from shared.domain.jobs import (
@@ -36,6 +37,7 @@ from shared.domain.jobs import (
     RetryHint,
 )
 from shared.domain.trace_context import TraceContext, trace_context_from_headers
+from shared.storage.resource_store import Deletion
 
 # The generated .pyi types an enum's Value() as int but its fields as the enum class; at run time both
 # are the same int, so the table says which it holds.
@@ -271,6 +273,7 @@ def lease_status_to_proto(status: LeaseStatus) -> worker_pb2.LeaseStatus:
         cancel_requested=status.cancel_requested,
         superseded=status.superseded,
         lease_expires_at=_timestamp(status.lease_expires_at),
+        resource_deleted=status.resource_deleted,
     )
 
 
@@ -330,4 +333,64 @@ def release_outcome_to_proto(job_id: str, outcome: JobState | ReportOutcome) -> 
         return worker_pb2.ReleaseOutcome(job_id=job_id, outcome=outcome_to_proto(outcome))
     return worker_pb2.ReleaseOutcome(
         job_id=job_id, outcome=outcome_to_proto(ReportOutcome.ACCEPTED), state=state_to_proto(outcome)
+    )
+
+
+_POLICY_TO_PROTO = {
+    p: cast(
+        jobs_pb2.DeliverySetFailurePolicy,
+        jobs_pb2.DeliverySetFailurePolicy.Value(f"DELIVERY_SET_FAILURE_POLICY_{p.name}"),
+    )
+    for p in FailurePolicy
+}
+_POLICY_FROM_PROTO = {number: policy for policy, number in _POLICY_TO_PROTO.items()}
+_SET_STATE_TO_PROTO = {
+    s: cast(jobs_pb2.DeliverySetState, jobs_pb2.DeliverySetState.Value(f"DELIVERY_SET_STATE_{s.name}"))
+    for s in SetState
+}
+
+
+def delivery_set_from_proto(
+    request: jobs_pb2.SubmitDeliverySetRequest, trace_context: TraceContext | None = None
+) -> NewDeliverySet:
+    """Unvalidated: the use-case checks names, sizes and every member against the limits."""
+    members = tuple(
+        (m.name, new_job_from_proto(m.job, f"members[{i}].job.", trace_context)) for i, m in enumerate(request.members)
+    )
+    fan_in = new_job_from_proto(request.fan_in, "fan_in.", trace_context) if request.HasField("fan_in") else None
+    return NewDeliverySet(
+        resource_key=request.resource_key,
+        resource_version=request.resource_version,
+        members=members,
+        fan_in=fan_in,
+        failure_policy=_POLICY_FROM_PROTO.get(request.failure_policy, FailurePolicy.FAIL_SET),
+    )
+
+
+def delivery_set_to_proto(found: DeliverySet) -> jobs_pb2.DeliverySet:
+    return jobs_pb2.DeliverySet(
+        set_id=found.set_id,
+        resource_key=found.resource_key,
+        resource_version=found.resource_version,
+        failure_policy=_POLICY_TO_PROTO[found.failure_policy],
+        state=_SET_STATE_TO_PROTO[found.state],
+        members=[
+            jobs_pb2.DeliverySetMemberStatus(
+                name=m.name, job=job_to_proto(m.job), result=result_to_proto(m.result) if m.result else None
+            )
+            for m in found.members
+        ],
+        fan_in=job_to_proto(found.fan_in) if found.fan_in else None,
+        fan_in_result=result_to_proto(found.fan_in_result) if found.fan_in_result else None,
+        created_at=_timestamp(found.created_at),
+    )
+
+
+def deletion_to_proto(deletion: Deletion) -> jobs_pb2.DeleteResourceResponse:
+    return jobs_pb2.DeleteResourceResponse(
+        resource_key=deletion.resource_key,
+        deleted_version=deletion.deleted_version,
+        cancelled_jobs=len(deletion.cancelled),
+        deleted_results=deletion.deleted_results,
+        deleted_at=_timestamp(deletion.deleted_at),
     )

@@ -10,9 +10,11 @@ import grpc
 from api_service import convert
 from api_service.request_context import current_principal
 from api_service.usecases.admission import SubmissionAdmission
+from api_service.usecases.delivery_sets import DeliverySets
 from api_service.usecases.job_queries import JobQueries
 from api_service.usecases.job_watch import JobWatch
 from api_service.usecases.lifecycle import JobLifecycle
+from api_service.usecases.resources import ResourceDeletions
 from api_service.usecases.submission import SubmissionService
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc
 from shared.domain.ids import JobId, TenantId
@@ -36,8 +38,12 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         lifecycle: JobLifecycle,
         watch: JobWatch,
         admission: SubmissionAdmission,
+        deletions: ResourceDeletions | None = None,
+        delivery_sets: DeliverySets | None = None,
     ) -> None:
         self._admission = admission
+        self._deletions = deletions or ResourceDeletions(submissions.database)
+        self._sets = delivery_sets or DeliverySets(submissions.database, submissions)
         self._submissions = submissions
         self._queries = queries
         self._lifecycle = lifecycle
@@ -119,3 +125,30 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         return jobs_pb2.ListJobEventsResponse(
             events=[convert.event_to_proto(e) for e in events], next_page_token=convert.encode_event_token(after)
         )
+
+    async def DeleteResource(
+        self, request: jobs_pb2.DeleteResourceRequest, context: Context
+    ) -> jobs_pb2.DeleteResourceResponse:
+        deletion = await self._deletions.delete(
+            _tenant(), current_principal().name, request.resource_key, request.reason
+        )
+        return convert.deletion_to_proto(deletion)
+
+    async def SubmitDeliverySet(
+        self, request: jobs_pb2.SubmitDeliverySetRequest, context: Context
+    ) -> jobs_pb2.SubmitDeliverySetResponse:
+        new = convert.delivery_set_from_proto(
+            request, convert.trace_context_from_metadata(context.invocation_metadata())
+        )
+        await self._admission.admit(_tenant(), len(new.members) + (1 if new.fan_in else 0))
+        stored, created = await self._sets.submit(_tenant(), current_principal().name, new)
+        return jobs_pb2.SubmitDeliverySetResponse(set=convert.delivery_set_to_proto(stored), created=created)
+
+    async def GetDeliverySet(self, request: jobs_pb2.GetDeliverySetRequest, context: Context) -> jobs_pb2.DeliverySet:
+        found = await self._sets.get(_tenant(), request.resource_key, request.resource_version)
+        return convert.delivery_set_to_proto(found)
+
+    async def GetLatestDeliverySet(
+        self, request: jobs_pb2.GetLatestDeliverySetRequest, context: Context
+    ) -> jobs_pb2.DeliverySet:
+        return convert.delivery_set_to_proto(await self._sets.latest_complete(_tenant(), request.resource_key))

@@ -26,10 +26,12 @@ from api_service.transport_security import ReloadableServerCredentials
 from api_service.usecases.admin_config import AdminConfig
 from api_service.usecases.admin_jobs import AdminJobs
 from api_service.usecases.admission import SubmissionAdmission
+from api_service.usecases.delivery_sets import DeliverySets
 from api_service.usecases.job_queries import JobQueries
 from api_service.usecases.job_watch import RECHECK_SECONDS_DEFAULT, JobWatch
 from api_service.usecases.kind_catalog import KindCatalog
 from api_service.usecases.lifecycle import JobLifecycle
+from api_service.usecases.resources import ResourceDeletions
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
 from api_service.worker_servicer import WorkerServicer
@@ -113,19 +115,18 @@ async def serve(settings: ApiSettings) -> None:
     # Without a session for LISTEN, WatchJob streams learn of changes by reading again this often.
     watch_recheck_seconds = RECHECK_SECONDS_DEFAULT if settings.database.session_url else WATCH_POLL_SECONDS
     queries = JobQueries(db, ResultCache(settings.result_cache, metrics.result_cache))
+    submissions = SubmissionService(
+        db, kinds, settings.limits, dedupe_window_seconds=settings.dedupe_window_seconds, metrics=metrics.submissions
+    )
     jobs_pb2_grpc.add_JobServiceServicer_to_server(
         JobServicer(
-            SubmissionService(
-                db,
-                kinds,
-                settings.limits,
-                dedupe_window_seconds=settings.dedupe_window_seconds,
-                metrics=metrics.submissions,
-            ),
+            submissions,
             queries,
             JobLifecycle(db),
             JobWatch(db, hub, watch_recheck_seconds, max_streams=settings.max_watch_streams),
             SubmissionAdmission(db, settings.tenant_limits),
+            ResourceDeletions(db),
+            DeliverySets(db, submissions),
         ),
         server,
     )

@@ -118,3 +118,15 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 for r, o in zip(reports, outcomes, strict=True)
             ]
         )
+
+    async def GetDependencyResults(
+        self, request: worker_pb2.GetDependencyResultsRequest, context: Context
+    ) -> worker_pb2.GetDependencyResultsResponse:
+        page = await self._reports.dependency_results(
+            LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token)),
+            JobId(request.after_job_id) if request.after_job_id else None,
+        )
+        return worker_pb2.GetDependencyResultsResponse(
+            results=[worker_pb2.DependencyResult(job_id=job_id, payload=payload) for job_id, payload in page.results],
+            next_after_job_id=page.next_after or "",
+        )

@@ -16,6 +16,7 @@ from jobsctl.admin_commands import ADMIN_COMMANDS
 from jobsctl.arguments import TIMEOUT_SECONDS_DEFAULT, UsageError, build_parser
 from jobsctl.commands import COMMANDS, Call, Console
 from jobsctl.dev import run_dev
+from jobsctl.resources import run_resources, run_sets
 from jobsctl.rpc_errors import EXIT_UNAVAILABLE, EXIT_USAGE, describe, report
 from jobsctl.watch import WaitTimedOut
 
@@ -38,7 +39,8 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
                 admin_pb2_grpc.AdminServiceStub(channel),
             )
             try:
-                return {**COMMANDS, **ADMIN_COMMANDS}[args.command](call, args, console)
+                run = {**COMMANDS, **ADMIN_COMMANDS, "resources": run_resources, "sets": run_sets}[args.command]
+                return run(call, args, console)
             finally:
                 # Finished calls caught in reference cycles must go while gRPC's threads still run:
                 # collected at interpreter exit, one can wait for ever on a lock a frozen thread holds.

@@ -28,6 +28,7 @@ _SPAN_PATTERN = re.compile(r"\+?(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d
 CHUNK_SIZE_DEFAULT = 100
 CHUNK_SIZE_MAX = 1000
 CHUNK_BYTES_MAX = 3 * 1024 * 1024
+POLICY_CHOICES = ["fail_set", "wait_for_manual_retry"]
 
 
 class UsageError(Exception):
@@ -71,6 +72,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     latest.add_argument("resource_key", metavar="RESOURCE_KEY")
     _add_list(command)
     _add_lifecycle(command)
+    _add_resources_and_sets(command, after_command)
     # Imported here: admin_arguments builds on this module's parsers of times and labels.
     from jobsctl.admin_arguments import add_admin_commands
 
@@ -166,6 +168,48 @@ def _add_lifecycle(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     events = command("events", help="a job's recorded transitions, oldest first (every page)")
     events.add_argument("job_id", metavar="JOB_ID")
+
+
+def _add_resources_and_sets(
+    command: Callable[..., argparse.ArgumentParser], after_command: argparse.ArgumentParser
+) -> None:
+    resources = command("resources", help="delete a resource key (its jobs, results and versions so far)")
+    actions = resources.add_subparsers(dest="resources_command", required=True, metavar="ACTION")
+    delete = actions.add_parser(
+        "delete",
+        parents=[after_command],
+        help="delete every version submitted so far of RESOURCE_KEY",
+        description="DeleteResource: cancels the key's unfinished jobs (running ones stop as for a cancel, and "
+        "their results are refused), removes its results, and refuses later submissions of the deleted "
+        "versions. A higher version may be submitted later and brings the key back.",
+    )
+    delete.add_argument("resource_key", metavar="RESOURCE_KEY")
+    delete.add_argument("--reason", required=True, help="recorded with your name")
+    sets = command("sets", help="delivery sets: the jobs that together make one version of a resource")
+    set_actions = sets.add_subparsers(dest="sets_command", required=True, metavar="ACTION")
+    submit = set_actions.add_parser(
+        "submit",
+        parents=[after_command],
+        help="submit the jobs of one version as one set; prints the set",
+        description="Each --member is NAME=KIND:PAYLOAD (payload as UTF-8 text, may be empty). A higher "
+        "VERSION supersedes the whole older set.",
+    )
+    submit.add_argument("resource_key", metavar="RESOURCE_KEY")
+    submit.add_argument("resource_version", metavar="VERSION", type=int)
+    submit.add_argument("--member", action="append", required=True, metavar="NAME=KIND:PAYLOAD")
+    submit.add_argument(
+        "--fan-in", metavar="KIND:PAYLOAD", help="a job that runs once every member succeeded and reads their results"
+    )
+    submit.add_argument("--policy", choices=POLICY_CHOICES, default="fail_set", help="when a member fails")
+    show = set_actions.add_parser("show", parents=[after_command], help="a set as it stands, whatever its state")
+    show.add_argument("resource_key", metavar="RESOURCE_KEY")
+    show.add_argument("--version", type=int, default=0, metavar="V", help="default: the highest version a set has")
+    latest = set_actions.add_parser(
+        "latest",
+        parents=[after_command],
+        help="the set of the key's latest version with its results, only once complete (exit 4 until then)",
+    )
+    latest.add_argument("resource_key", metavar="RESOURCE_KEY")
 
 
 def _add_submit(command: Callable[..., argparse.ArgumentParser]) -> None:

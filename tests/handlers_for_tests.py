@@ -42,8 +42,15 @@ def register(registry: HandlerRegistry) -> None:
         handler = staged_document if executor == "async" else staged_document_plain
         registry.register(f"staged.{executor}", max_attempts=3, backoff_base_seconds=0.1, executor=executor)(handler)
     registry.register("progress.burst", max_attempts=1)(progress_burst)
+    registry.register("gather", max_attempts=2, backoff_base_seconds=0.1)(gather)
     # Its policy comes from the environment, so two replicas can disagree on it.
     registry.register("variant", max_attempts=int(os.environ.get("JOBS_TEST_VARIANT_MAX_ATTEMPTS", "2")))(plain_echo)
+
+
+async def gather(ctx: JobContext) -> bytes:
+    """A fan-in: the results of the jobs it depends on, as JSON by job id."""
+    results = await ctx.dependency_results()
+    return json.dumps({job_id: payload.decode() for job_id, payload in sorted(results.items())}).encode()
 
 
 async def poison_exit(ctx: JobContext) -> bytes:

@@ -1,6 +1,11 @@
 -- The migrated schema, normalised. Written by tests/test_migrations.py; refresh it with
 -- JOBS_UPDATE_SCHEMA_SNAPSHOT=1 .venv/bin/pytest tests/test_migrations.py -k snapshot
 
+CREATE TYPE public.delivery_set_failure_policy AS ENUM (
+    'fail_set',
+    'wait_for_manual_retry'
+);
+
 CREATE TYPE public.error_category AS ENUM (
     'retryable',
     'permanent',
@@ -334,7 +339,9 @@ BEGIN
             last_error_category = 'permanent',
             last_error_message = 'dependency ' || NEW.job_id || ' ended ' || NEW.state,
             transition_actor = 'system', transition_reason = 'dependency ' || NEW.job_id || ' ended ' || NEW.state
-        WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[NEW.job_id];
+        WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[NEW.job_id]
+          -- A failed member leaves a waiting set's fan-in blocked; cancel and supersede still end it.
+          AND NOT (d.waits_for_manual_retry AND NEW.state = 'failed');
     END IF;
     RETURN NULL;
 END $$;
@@ -399,6 +406,27 @@ ALTER TABLE public.admin_actions ALTER COLUMN action_id ADD GENERATED ALWAYS AS 
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+CREATE TABLE public.delivery_set_members (
+    set_id uuid NOT NULL,
+    name text NOT NULL,
+    job_id uuid NOT NULL,
+    CONSTRAINT delivery_set_members_name_check CHECK (((length(name) >= 1) AND (length(name) <= 128)))
+);
+
+CREATE TABLE public.delivery_sets (
+    set_id uuid DEFAULT gen_random_uuid() NOT NULL,
+    tenant text NOT NULL,
+    resource_key text NOT NULL,
+    resource_version bigint NOT NULL,
+    failure_policy public.delivery_set_failure_policy NOT NULL,
+    member_count integer NOT NULL,
+    fan_in_job_id uuid,
+    created_by text NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT delivery_sets_member_count_check CHECK (((member_count >= 1) AND (member_count <= 100))),
+    CONSTRAINT delivery_sets_resource_version_check CHECK ((resource_version >= 1))
 );
 
 CREATE TABLE public.job_attempt_errors (
@@ -557,6 +585,7 @@ CREATE TABLE public.jobs (
     limit_keys text[] DEFAULT '{}'::text[] NOT NULL,
     limit_key_bounds integer[] DEFAULT '{}'::integer[] NOT NULL,
     running_keys text[] DEFAULT '{}'::text[] NOT NULL,
+    waits_for_manual_retry boolean DEFAULT false NOT NULL,
     CONSTRAINT jobs_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT jobs_backoff_base_seconds_check CHECK ((backoff_base_seconds >= (0)::double precision)),
     CONSTRAINT jobs_backoff_cap_seconds_check CHECK ((backoff_cap_seconds >= (0)::double precision)),
@@ -575,11 +604,34 @@ CREATE TABLE public.kind_pauses (
     reason text DEFAULT ''::text NOT NULL
 );
 
+CREATE TABLE public.resource_deletions (
+    deletion_id bigint NOT NULL,
+    tenant text NOT NULL,
+    resource_key text NOT NULL,
+    deleted_version bigint NOT NULL,
+    actor text NOT NULL,
+    reason text NOT NULL,
+    cancelled_jobs integer NOT NULL,
+    deleted_results integer NOT NULL,
+    deleted_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+ALTER TABLE public.resource_deletions ALTER COLUMN deletion_id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.resource_deletions_deletion_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.resource_heads (
     tenant text NOT NULL,
     resource_key text NOT NULL,
     latest_version bigint NOT NULL,
-    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    deleted_version bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT resource_heads_deleted_version_check CHECK ((deleted_version >= 0))
 );
 
 CREATE TABLE public.schema_migrations (
@@ -598,6 +650,15 @@ CREATE TABLE public.tenant_weights (
 
 ALTER TABLE ONLY public.admin_actions
     ADD CONSTRAINT admin_actions_pkey PRIMARY KEY (action_id);
+
+ALTER TABLE ONLY public.delivery_set_members
+    ADD CONSTRAINT delivery_set_members_pkey PRIMARY KEY (set_id, name);
+
+ALTER TABLE ONLY public.delivery_sets
+    ADD CONSTRAINT delivery_sets_pkey PRIMARY KEY (set_id);
+
+ALTER TABLE ONLY public.delivery_sets
+    ADD CONSTRAINT delivery_sets_tenant_resource_key_resource_version_key UNIQUE (tenant, resource_key, resource_version);
 
 ALTER TABLE ONLY public.job_attempt_errors
     ADD CONSTRAINT job_attempt_errors_pkey PRIMARY KEY (job_id, fencing_token);
@@ -641,6 +702,9 @@ ALTER TABLE public.jobs
 ALTER TABLE ONLY public.kind_pauses
     ADD CONSTRAINT kind_pauses_pkey PRIMARY KEY (kind);
 
+ALTER TABLE ONLY public.resource_deletions
+    ADD CONSTRAINT resource_deletions_pkey PRIMARY KEY (deletion_id);
+
 ALTER TABLE ONLY public.resource_heads
     ADD CONSTRAINT resource_heads_pkey PRIMARY KEY (tenant, resource_key);
 
@@ -651,6 +715,8 @@ ALTER TABLE ONLY public.tenant_weights
     ADD CONSTRAINT tenant_weights_pkey PRIMARY KEY (tenant);
 
 CREATE INDEX admin_actions_at_idx ON public.admin_actions USING btree (at);
+
+CREATE INDEX delivery_set_members_job_idx ON public.delivery_set_members USING btree (job_id);
 
 CREATE INDEX job_kind_publishers_seen_idx ON public.job_kind_publishers USING btree (last_seen_at);
 
@@ -678,6 +744,8 @@ CREATE INDEX jobs_tenant_resource_idx ON public.jobs USING btree (tenant, resour
 
 CREATE INDEX jobs_waiting_deadline_idx ON public.jobs USING btree (deadline) WHERE ((deadline IS NOT NULL) AND (state = ANY (ARRAY['pending'::public.job_state, 'retry_wait'::public.job_state, 'blocked'::public.job_state])));
 
+CREATE INDEX resource_deletions_key_idx ON public.resource_deletions USING btree (tenant, resource_key, deleted_at);
+
 CREATE TRIGGER jobs_bump_sequence BEFORE UPDATE ON public.jobs FOR EACH ROW EXECUTE FUNCTION public.jobs_bump_sequence();
 
 CREATE TRIGGER jobs_notify_runnable_insert AFTER INSERT ON public.jobs FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_notify_runnable();
@@ -690,6 +758,15 @@ CREATE TRIGGER jobs_record_update AFTER UPDATE ON public.jobs FOR EACH ROW WHEN 
 
 CREATE TRIGGER jobs_settle_dependents AFTER UPDATE OF state ON public.jobs FOR EACH ROW WHEN (((old.state IS DISTINCT FROM new.state) AND (new.state = ANY (ARRAY['succeeded'::public.job_state, 'failed'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])))) EXECUTE FUNCTION public.jobs_settle_dependents();
 
+ALTER TABLE ONLY public.delivery_set_members
+    ADD CONSTRAINT delivery_set_members_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.delivery_set_members
+    ADD CONSTRAINT delivery_set_members_set_id_fkey FOREIGN KEY (set_id) REFERENCES public.delivery_sets(set_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.delivery_sets
+    ADD CONSTRAINT delivery_sets_fan_in_job_id_fkey FOREIGN KEY (fan_in_job_id) REFERENCES public.jobs(job_id) ON DELETE SET NULL;
+
 ALTER TABLE ONLY public.job_attempt_errors
     ADD CONSTRAINT job_attempt_errors_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
 
@@ -701,6 +778,18 @@ ALTER TABLE ONLY public.job_progress
 
 ALTER TABLE ONLY public.job_receipts
     ADD CONSTRAINT job_receipts_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
+ALTER TABLE public.delivery_set_members ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY delivery_set_members_api_tenant ON public.delivery_set_members TO jobs_api USING ((EXISTS ( SELECT 1
+   FROM public.delivery_sets s
+  WHERE (s.set_id = delivery_set_members.set_id)))) WITH CHECK ((EXISTS ( SELECT 1
+   FROM public.delivery_sets s
+  WHERE (s.set_id = delivery_set_members.set_id))));
+
+ALTER TABLE public.delivery_sets ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY delivery_sets_api_tenant ON public.delivery_sets TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
 
 ALTER TABLE public.job_attempt_errors ENABLE ROW LEVEL SECURITY;
 
@@ -760,6 +849,10 @@ CASE
     ELSE false
 END);
 
+ALTER TABLE public.resource_deletions ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY resource_deletions_api_tenant ON public.resource_deletions TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
+
 ALTER TABLE public.resource_heads ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY resource_heads_api_tenant ON public.resource_heads TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
@@ -777,6 +870,10 @@ REVOKE ALL ON FUNCTION public.jobs_waiting_reason(for_job uuid) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.jobs_waiting_reason(for_job uuid) TO jobs_api;
 
 GRANT SELECT,INSERT ON TABLE public.admin_actions TO jobs_api;
+
+GRANT SELECT,INSERT ON TABLE public.delivery_set_members TO jobs_api;
+
+GRANT SELECT,INSERT ON TABLE public.delivery_sets TO jobs_api;
 
 GRANT SELECT,INSERT ON TABLE public.job_attempt_errors TO jobs_api;
 
@@ -803,7 +900,7 @@ GRANT SELECT,INSERT,UPDATE ON TABLE public.job_progress TO jobs_api;
 GRANT SELECT ON TABLE public.job_receipts TO jobs_api;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.job_receipts TO jobs_worker;
 
-GRANT SELECT,INSERT ON TABLE public.job_results TO jobs_api;
+GRANT SELECT,INSERT,DELETE ON TABLE public.job_results TO jobs_api;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.jobs TO jobs_api;
 GRANT SELECT ON TABLE public.jobs TO jobs_worker;
@@ -836,6 +933,8 @@ GRANT UPDATE(running_keys) ON TABLE public.jobs TO jobs_worker;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.kind_pauses TO jobs_api;
 GRANT SELECT ON TABLE public.kind_pauses TO jobs_worker;
+
+GRANT SELECT,INSERT ON TABLE public.resource_deletions TO jobs_api;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.resource_heads TO jobs_api;
 

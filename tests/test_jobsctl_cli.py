@@ -711,3 +711,12 @@ def test_docs_say_a_running_job_is_cancelled_by_notification_not_at_its_next_hea
         text = " ".join(text.split())
         assert "notif" in text, text
         assert "stops at its next heartbeat" not in text and "at its worker's next heartbeat" not in text, text
+
+
+@pytest.mark.parametrize("member", ["no-equals-sign", "=echo:x", "text=:payload"])
+def test_a_malformed_set_member_is_a_usage_error_before_any_call(member: str) -> None:
+    err = io.StringIO()
+    console = Console(io.BytesIO(), io.StringIO(), io.BytesIO(), err)
+    args = ["--target", "127.0.0.1:1", "--token", "t", "sets", "submit", "lesson", "1", "--member", member]
+    assert main(args, console) == 2
+    assert "--member needs" in err.getvalue()

@@ -83,7 +83,7 @@ async def test_fifty_concurrent_result_reads_of_one_job_make_one_database_read(
 ):
     job_id = await submit(submissions, b"text")
     await run_to_success(db, reports, job_id, b"summary")
-    reads = CallCounter(monkeypatch, "get_result")
+    reads = CallCounter(monkeypatch, "get_result_and_resource")
 
     answers = await asyncio.gather(*(queries.get_result(TENANT, job_id) for _ in range(CONCURRENT_READS)))
 
@@ -96,7 +96,7 @@ async def test_fifty_concurrent_result_reads_of_one_job_make_one_database_read(
 async def test_another_tenant_is_never_served_the_kept_result(db, queries, submissions, reports, monkeypatch):
     job_id = await submit(submissions, b"text")
     await run_to_success(db, reports, job_id, b"secret")
-    reads = CallCounter(monkeypatch, "get_result")
+    reads = CallCounter(monkeypatch, "get_result_and_resource")
     await queries.get_result(TENANT, job_id)
 
     answers: list[object] = await asyncio.gather(

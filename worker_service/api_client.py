@@ -15,6 +15,7 @@ from google.protobuf.message import Message
 
 from jobs.v1 import worker_pb2, worker_pb2_grpc
 from shared.domain.checkpoints import Checkpoint, ProgressReport
+from shared.domain.ids import JobId
 from shared.domain.jobs import (
     Completion,
     FailureReport,
@@ -25,6 +26,7 @@ from shared.domain.jobs import (
     ReportOutcome,
 )
 from shared.handlers.api import CheckpointRefused
+from shared.rpc_error_details import rpc_error_details
 from worker_service import convert
 from worker_service.transport_security import ClientTlsFiles
 
@@ -32,6 +34,20 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _INDETERMINATE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+# A read under a lease that is no longer held answers FAILED_PRECONDITION with one of these reasons.
+_REFUSALS = {
+    "LEASE_LOST": ReportOutcome.LEASE_LOST,
+    "JOB_CANCELLED": ReportOutcome.JOB_CANCELLED,
+    "JOB_SUPERSEDED": ReportOutcome.JOB_SUPERSEDED,
+    "RESOURCE_DELETED": ReportOutcome.RESOURCE_DELETED,
+}
+
+
+def _refusal_of(error: grpc.aio.AioRpcError) -> ReportOutcome | None:
+    details = rpc_error_details(error) if error.code() is grpc.StatusCode.FAILED_PRECONDITION else None
+    return _REFUSALS.get(details.reason) if details else None
+
+
 CALL_TIMEOUT_SECONDS = 10.0
 # Retries of an indeterminate failure back off from the first delay, doubling up to the cap.
 RETRY_DELAY_FIRST_SECONDS = 0.05
@@ -138,3 +154,23 @@ class ApiClient:
         if isinstance(response, ReportOutcome):
             return [response] * len(reports)
         return [convert.outcome_from_proto(o.outcome) for o in response.outcomes]
+
+    async def dependency_results(self, lease: LeaseRef, *, deadline: float) -> dict[JobId, bytes] | ReportOutcome:
+        """Every page of the leased job's dependency results, or the refusal when the lease is no longer held."""
+        results: dict[JobId, bytes] = {}
+        after = ""
+        while True:
+            request = worker_pb2.GetDependencyResultsRequest(
+                job_id=lease.job_id, fencing_token=lease.fencing_token, after_job_id=after
+            )
+            try:
+                response = await self._call(self._stub.GetDependencyResults, request, deadline=deadline)
+            except grpc.aio.AioRpcError as error:
+                refusal = _refusal_of(error)
+                if refusal is None:
+                    raise
+                return refusal
+            results.update((JobId(r.job_id), r.payload) for r in response.results)
+            if not response.next_after_job_id:
+                return results
+            after = response.next_after_job_id

@@ -47,6 +47,7 @@ def lease_status_from_proto(message: worker_pb2.LeaseStatus) -> LeaseStatus:
         held=message.held,
         cancel_requested=message.cancel_requested,
         superseded=message.superseded,
+        resource_deleted=message.resource_deleted,
         lease_expires_at=message.lease_expires_at.ToDatetime() if message.HasField("lease_expires_at") else None,
     )
 

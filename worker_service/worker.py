@@ -42,6 +42,7 @@ from worker_service.api_client import ApiClient, ApiUnreachable
 from worker_service.background_loops import apply_retention, listen_for_work, rescue_leases
 from worker_service.checkpoint_book import ApiCheckpointBook
 from worker_service.completion_batcher import CompletionBatcher
+from worker_service.dependency_reader import ApiDependencyResults
 from worker_service.handler_executors import HandlerExecutors, HandlerProcessFailed
 from worker_service.health_server import WorkerHealth
 from worker_service.kind_publisher import KindPublisher
@@ -74,6 +75,7 @@ _REFUSAL_LABELS = {
     ReportOutcome.LEASE_LOST: "lease_lost",
     ReportOutcome.JOB_CANCELLED: "cancelled",
     ReportOutcome.JOB_SUPERSEDED: "superseded",
+    ReportOutcome.RESOURCE_DELETED: "resource_deleted",
 }
 
 
@@ -281,6 +283,9 @@ class Worker:
                 self._api, LeaseRef(job.job_id, job.fencing_token), report_seconds=self._settings.lease_seconds
             ),
             progress_sink=self._progress.sink(LeaseRef(job.job_id, job.fencing_token)),
+            dependency_source=ApiDependencyResults(
+                self._api, LeaseRef(job.job_id, job.fencing_token), self._report_deadline
+            ),
             traceparent=job.trace_context.traceparent if job.trace_context else None,
             tracestate=job.trace_context.tracestate if job.trace_context else None,
         )

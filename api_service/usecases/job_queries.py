@@ -28,6 +28,14 @@ def _result_bytes(result: JobResult) -> int:
     return len(result.payload) + ENTRY_OVERHEAD_BYTES
 
 
+# A stored result, with the resource key and version of its job (None without a resource).
+_KeptResult = tuple[JobResult, tuple[str, int] | None]
+
+
+def _kept_result_bytes(kept: _KeptResult) -> int:
+    return _result_bytes(kept[0]) + (len(kept[1][0]) if kept[1] else 0)
+
+
 def _latest_bytes(answer: tuple[Job, JobResult]) -> int:
     job, result = answer
     return _result_bytes(result) + sum(len(k) + len(v) for k, v in job.labels.items())
@@ -51,28 +59,35 @@ class JobQueries:
         return replace(job, progress=progress, checkpoints=checkpoints, waiting=waiting)
 
     async def get_result(self, tenant: TenantId, job_id: JobId) -> JobResult:
-        """Only a stored result is cached; "no such job" and "not ready yet" are read every time."""
+        """Only a stored result is cached; "no such job" and "not ready yet" are read every time. A kept
+        result of a job with a resource is answered only after a fresh read of the key's tombstone: a
+        deletion on any replica hides it at once."""
         check_job_id(job_id)
-        return await self._results.get(
+        result, resource = await self._results.get(
             ("job", tenant, job_id),
             lambda: self._read_result(tenant, job_id),
-            size_of=_result_bytes,
+            size_of=_kept_result_bytes,
             read="job_result",
         )
+        if resource is not None:
+            _, deleted_version = await self._fresh_head(tenant, resource[0])
+            if resource[1] <= deleted_version:
+                raise NotFound("the job's resource was deleted")
+        return result
 
-    async def _read_result(self, tenant: TenantId, job_id: JobId) -> JobResult:
+    async def _read_result(self, tenant: TenantId, job_id: JobId) -> _KeptResult:
         async with self._db.transaction(tenant) as conn:
-            found = await job_store.get_result(conn, tenant, job_id)
+            found = await job_store.get_result_and_resource(conn, tenant, job_id)
         if found is None:
             raise NotFound()
-        state, result = found
+        state, result, resource_key, resource_version = found
         if result is None:
             raise FailedPrecondition(
                 f"the job has no result: it is {state.value}",
                 reason="RESULT_NOT_READY" if not state.is_terminal else "NO_RESULT",
                 metadata={"state": state.value},
             )
-        return result
+        return result, (resource_key, resource_version or 0) if resource_key else None
 
     async def list_jobs(
         self, tenant: TenantId, filters: ListFilter, after: PageCursor | None, page_size: int
@@ -99,9 +114,9 @@ class JobQueries:
             violations.add("resource_key", "is required")
         check_text(violations, "resource_key", resource_key, SubmissionLimits().max_resource_key_chars)
         violations.raise_if_any()
-        version = await self._results.read_fresh(
-            ("head", tenant, resource_key), lambda: self._read_head(tenant, resource_key), read="resource_head"
-        )
+        version, deleted_version = await self._fresh_head(tenant, resource_key)
+        if version <= deleted_version:
+            raise NotFound("this resource key was deleted")
         return await self._results.get(
             ("version", tenant, resource_key, version),
             lambda: self._read_version_result(tenant, resource_key, version),
@@ -109,12 +124,18 @@ class JobQueries:
             read="latest_result",
         )
 
-    async def _read_head(self, tenant: TenantId, resource_key: str) -> int:
+    async def _fresh_head(self, tenant: TenantId, resource_key: str) -> tuple[int, int]:
+        """The key's highest submitted and highest deleted version, read after this call began."""
+        return await self._results.read_fresh(
+            ("head", tenant, resource_key), lambda: self._read_head(tenant, resource_key), read="resource_head"
+        )
+
+    async def _read_head(self, tenant: TenantId, resource_key: str) -> tuple[int, int]:
         async with self._db.transaction(tenant) as conn:
-            version = await job_store.resource_head(conn, tenant, resource_key)
-        if version is None:
+            head = await job_store.resource_head_and_tombstone(conn, tenant, resource_key)
+        if head is None:
             raise NotFound("no job was submitted for this resource key")
-        return version
+        return head
 
     async def _read_version_result(self, tenant: TenantId, resource_key: str, version: int) -> tuple[Job, JobResult]:
         async with self._db.transaction(tenant) as conn:

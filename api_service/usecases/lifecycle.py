@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from shared.domain.errors import FailedPrecondition, NotFound, ViolationCollector
+from shared.domain.errors import FailedPrecondition, NotFound, ResourceDeleted, ViolationCollector
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Job, JobState
 from shared.domain.submission_rules import check_job_id, check_text
@@ -137,6 +137,8 @@ def _check_retryable(candidate: job_store.RetryCandidate, accept_duplicate_risk:
             "set accept_duplicate_risk to run it again",
             reason="DUPLICATE_RISK_NOT_ACCEPTED",
         )
+    if candidate.resource_version is not None and candidate.resource_version <= candidate.deleted_version:
+        raise ResourceDeleted()
     if candidate.latest_version is not None and (candidate.resource_version or 0) < candidate.latest_version:
         raise FailedPrecondition(
             f"version {candidate.latest_version} of this resource was submitted since; its result would be stale",

@@ -9,7 +9,14 @@ from collections.abc import Sequence
 from api_service.metrics import SubmissionMetrics
 from api_service.usecases.group_commit import GroupCommitter
 from api_service.usecases.kind_catalog import KindCatalog
-from shared.domain.errors import AlreadyExists, FieldViolation, InvalidArgument, JobsError, Unavailable
+from shared.domain.errors import (
+    AlreadyExists,
+    FieldViolation,
+    InvalidArgument,
+    JobsError,
+    ResourceDeleted,
+    Unavailable,
+)
 from shared.domain.idempotency import input_digest, request_digest
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import ErrorCategory, Job, JobError, JobState, NewJob, SubmitOutcome
@@ -109,8 +116,25 @@ class SubmissionService:
             job, job.max_attempts or spec.max_attempts, spec.backoff_base_seconds, spec.backoff_cap_seconds
         )
 
+    @property
+    def database(self) -> Database:
+        return self._db
+
+    async def validate(self, jobs: Sequence[tuple[str, NewJob]]) -> None:
+        """Checks submissions against the limits and the kinds in force, each under its field prefix."""
+        known = await self._kinds.known(*{job.kind for _, job in jobs})
+        for prefix, job in jobs:
+            validate_new_job(job, limits=self._limits, known_kinds=known.keys(), prefix=prefix)
+
+    async def submit_in(
+        self, conn: Connection, tenant: TenantId, actor: str, job: NewJob, prefix: str, *, fan_in_waits: bool = False
+    ) -> SubmitOutcome:
+        """One submission inside the caller's transaction (validated by the caller), as SubmitJobs stores it."""
+        outcome, _ = await self._submit_one(conn, tenant, actor, job, prefix, fan_in_waits=fan_in_waits)
+        return outcome
+
     async def _submit_one(
-        self, conn: Connection, tenant: TenantId, actor: str, job: NewJob, prefix: str
+        self, conn: Connection, tenant: TenantId, actor: str, job: NewJob, prefix: str, *, fan_in_waits: bool = False
     ) -> tuple[SubmitOutcome, list[JobId]]:
         """The outcome, and the older versions' jobs that this submission superseded. Locks in the
         order every path takes them: the input, the resource head, then the dependencies."""
@@ -124,7 +148,13 @@ class SubmissionService:
             await job_store.lock_input(conn, tenant, job, dedupe_digest)
         latest_version = 0
         if job.resource_key:
-            latest_version = await job_store.lock_resource_head(conn, tenant, job.resource_key)
+            latest_version, deleted_version = await job_store.lock_resource_head_and_tombstone(
+                conn, tenant, job.resource_key
+            )
+            if (job.resource_version or 0) <= deleted_version:
+                raise ResourceDeleted(
+                    f"versions up to {deleted_version} of this resource were deleted; submit a higher version"
+                )
         # Checked on every path that stores or attaches, superseded or not: an id that names no job of
         # this tenant is refused the same way wherever the submission would end up.
         dependencies = await _dependency_states(conn, tenant, job, prefix) if job.depends_on else {}
@@ -152,6 +182,7 @@ class SubmissionService:
             state=state,
             error=error,
             reason=reason,
+            waits_for_manual_retry=fan_in_waits,
         )
         created = await job_store.insert_job(conn, job, params)
         if created is None:

@@ -22,6 +22,7 @@ from shared.domain.errors import (
     JobCancelled,
     JobSuperseded,
     LeaseLost,
+    ResourceDeleted,
 )
 from shared.domain.ids import JobId
 from shared.domain.jobs import (
@@ -39,8 +40,16 @@ from shared.domain.jobs import (
     RetryHint,
 )
 from shared.domain.submission_rules import is_job_id
-from shared.storage import checkpoint_store, job_store, lease_store, progress_store, scheduling_store
+from shared.storage import (
+    checkpoint_store,
+    dependency_results,
+    job_store,
+    lease_store,
+    progress_store,
+    scheduling_store,
+)
 from shared.storage.database import Connection, Database
+from shared.storage.dependency_results import DependencyResultsPage
 
 log = logging.getLogger(__name__)
 REPORT_BATCH_MAX = 1000
@@ -50,6 +59,8 @@ TRACEBACK_MAX_CHARS = 16000
 LEASE_MIN_SECONDS = 1.0
 LIMIT_KEY_MAX_CHARS = 200
 RELEASE_REASON_MAX_CHARS = 200
+# Payload bytes on one page of dependency results: well under gRPC's default 4 MiB message limit.
+DEPENDENCY_RESULTS_PAGE_BYTES = 2 * 1024 * 1024
 
 
 class RejectionCounter(Protocol):
@@ -61,6 +72,8 @@ def _refusal(outcome: ReportOutcome) -> FailedPrecondition:
         return JobCancelled()
     if outcome is ReportOutcome.JOB_SUPERSEDED:
         return JobSuperseded()
+    if outcome is ReportOutcome.RESOURCE_DELETED:
+        return ResourceDeleted()
     return LeaseLost()
 
 
@@ -120,7 +133,9 @@ class WorkerReports:
         for status in statuses:
             if not status.held and not status.ended_by_holder:
                 outcome = (
-                    ReportOutcome.JOB_CANCELLED
+                    ReportOutcome.RESOURCE_DELETED
+                    if status.resource_deleted
+                    else ReportOutcome.JOB_CANCELLED
                     if status.cancel_requested
                     else ReportOutcome.JOB_SUPERSEDED
                     if status.superseded
@@ -278,6 +293,26 @@ class WorkerReports:
         cleaned = [ProgressReport(r.lease, r.fraction, clean_progress_message(r.message)) for r in reports]
         async with self._db.transaction() as conn:
             return await progress_store.record_batch(conn, cleaned)
+
+    async def dependency_results(self, lease: LeaseRef, after: JobId | None) -> DependencyResultsPage:
+        """A page of the results of the jobs the leased job depends on; only its current lease holder reads."""
+        _check_leases([lease], "lease")
+        if after is not None and not is_job_id(after):
+            raise InvalidArgument(FieldViolation("after_job_id", "must be a job id"))
+        async with self._db.transaction() as conn:
+            page = await dependency_results.read_page(
+                conn,
+                job_id=lease.job_id,
+                fencing_token=lease.fencing_token,
+                after=after,
+                max_bytes=DEPENDENCY_RESULTS_PAGE_BYTES,
+            )
+            outcome = await lease_store.refusal_for(conn, lease.job_id) if page is None else None
+        if page is None:
+            assert outcome is not None
+            self._refused("dependency results", lease, outcome, "", level=logging.INFO)
+            raise _refusal(outcome)
+        return page
 
     def _refused(
         self, report: str, lease: LeaseRef, outcome: ReportOutcome, worker_id: str, *, level: int = logging.WARNING

@@ -76,6 +76,13 @@ class JobSuperseded(FailedPrecondition):
         super().__init__(message)
 
 
+class ResourceDeleted(FailedPrecondition):
+    reason = "RESOURCE_DELETED"
+
+    def __init__(self, message: str = "this version of the resource was deleted") -> None:
+        super().__init__(message)
+
+
 class ResourceExhausted(JobsError):
     reason = "RESOURCE_EXHAUSTED"
 

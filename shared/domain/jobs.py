@@ -47,6 +47,8 @@ class ReportOutcome(enum.StrEnum):
     LEASE_LOST = "lease_lost"
     JOB_CANCELLED = "job_cancelled"
     JOB_SUPERSEDED = "job_superseded"
+    # The job's resource version was deleted (DeleteResource): nothing of it is stored again.
+    RESOURCE_DELETED = "resource_deleted"
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,8 @@ class LeaseStatus:
     cancel_requested: bool
     superseded: bool
     lease_expires_at: datetime | None
+    # The job's resource version was deleted; cancel_requested is set too, so a worker stops as for a cancel.
+    resource_deleted: bool = False
     # Not held because the holder's own completion or failure report already ended the attempt.
     ended_by_holder: bool = False
 
@@ -264,8 +268,11 @@ class JobPage:
     next_cursor: PageCursor | None
 
 
-def refusal_outcome(state: JobState | None) -> ReportOutcome:
-    """Why a fenced report found no running row with its token: the job's current state decides."""
+def refusal_outcome(state: JobState | None, *, resource_deleted: bool = False) -> ReportOutcome:
+    """Why a fenced report found no running row with its token: a tombstone over the job's version,
+    else the job's current state, decides."""
+    if resource_deleted:
+        return ReportOutcome.RESOURCE_DELETED
     if state is JobState.CANCELLED:
         return ReportOutcome.JOB_CANCELLED
     if state is JobState.SUPERSEDED:

@@ -189,6 +189,12 @@ class ProgressSink(Protocol):
     def report(self, fraction: float, message: str) -> None: ...
 
 
+class DependencyResults(Protocol):
+    """Where a context reads the results of the jobs its job depends on; each read is fenced by the lease."""
+
+    async def read(self) -> dict[JobId, bytes]: ...
+
+
 @dataclass
 class JobContext:
     job_id: JobId
@@ -212,6 +218,7 @@ class JobContext:
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
     checkpoint_book: CheckpointBook | None = None
     progress_sink: ProgressSink | None = None
+    dependency_source: DependencyResults | None = None
     _unconfirmed: set[str] = field(default_factory=set)
 
     def completed_stage(self, stage: str) -> Checkpoint | None:
@@ -251,6 +258,14 @@ class JobContext:
         if self.checkpoint_book is None:
             raise RuntimeError("this context has no checkpoint book")
         return self.checkpoint_book
+
+    async def dependency_results(self) -> dict[JobId, bytes]:
+        """The stored results of the jobs this one depends on (depends_on; a delivery set's members for its
+        fan-in), by job id. Read through the API for this attempt's lease only: a replaced attempt gets
+        LeaseLost. A dependency whose resource was deleted since has no result and is absent."""
+        if self.dependency_source is None:
+            raise RuntimeError("this context has no dependency results")
+        return await self.dependency_source.read()
 
     async def record_intent(self, step: str, intent: bytes = b"") -> None:
         """Call just before an external call with side effects. If this attempt's lease then expires

@@ -46,6 +46,8 @@ class InsertParams:
     reason: str = "submitted"
     # Set for a submission that asked for de-duplication by input (idempotency.input_digest).
     input_digest: bytes | None = None
+    # A delivery set's fan-in under wait_for_manual_retry: a failed member leaves it blocked.
+    waits_for_manual_retry: bool = False
 
 
 def job_from_row(row: dict[str, Any]) -> Job:
@@ -104,6 +106,7 @@ async def insert_job(conn: Connection, new: NewJob, params: InsertParams) -> Job
             "reason": params.reason,
             "traceparent": new.trace_context.traceparent if new.trace_context else None,
             "tracestate": new.trace_context.tracestate if new.trace_context else None,
+            "waits_for_manual_retry": params.waits_for_manual_retry,
         },
     )
     row = await cur.fetchone()
@@ -154,9 +157,15 @@ async def dependency_states(conn: Connection, tenant: TenantId, job_ids: Sequenc
 
 async def lock_resource_head(conn: Connection, tenant: TenantId, resource_key: str) -> int:
     """The highest version submitted so far (0 for a new key); holds the key's lock until commit."""
-    cur = await conn.execute(queries.RESOURCE_HEAD_LOCK, {"tenant": tenant, "resource_key": resource_key})
-    latest: int = (await _only_row(cur))["latest_version"]
+    latest, _ = await lock_resource_head_and_tombstone(conn, tenant, resource_key)
     return latest
+
+
+async def lock_resource_head_and_tombstone(conn: Connection, tenant: TenantId, resource_key: str) -> tuple[int, int]:
+    """The highest version submitted and the highest deleted (0 when none); holds the key's lock until commit."""
+    cur = await conn.execute(queries.RESOURCE_HEAD_LOCK, {"tenant": tenant, "resource_key": resource_key})
+    row = await _only_row(cur)
+    return row["latest_version"], row["deleted_version"]
 
 
 async def advance_resource(
@@ -184,6 +193,8 @@ class RetryCandidate:
     depends_on: tuple[JobId, ...]
     # The latest attempt's external effect may have happened and no retry has accepted that yet.
     duplicate_risk: bool
+    # The highest version of the job's resource that was deleted (0 when none was).
+    deleted_version: int = 0
 
 
 async def lock_for_retry(conn: Connection, tenant: TenantId, job_id: JobId) -> RetryCandidate | None:
@@ -202,6 +213,7 @@ async def lock_for_retry(conn: Connection, tenant: TenantId, job_id: JobId) -> R
         head["latest_version"] if head else None,
         tuple(JobId(str(d)) for d in row["depends_on"]),
         row["duplicate_risk"],
+        head["deleted_version"] if head else 0,
     )
 
 
@@ -234,9 +246,15 @@ async def reopen(
 
 async def resource_head(conn: Connection, tenant: TenantId, resource_key: str) -> int | None:
     """The highest version submitted for the key; None when the tenant never submitted one."""
+    head = await resource_head_and_tombstone(conn, tenant, resource_key)
+    return head[0] if head else None
+
+
+async def resource_head_and_tombstone(conn: Connection, tenant: TenantId, resource_key: str) -> tuple[int, int] | None:
+    """The highest version submitted and the highest deleted; None when the tenant never submitted one."""
     cur = await conn.execute(queries.RESOURCE_HEAD_GET, {"tenant": tenant, "resource_key": resource_key})
     row = await cur.fetchone()
-    return row["latest_version"] if row else None
+    return (row["latest_version"], row["deleted_version"]) if row else None
 
 
 async def result_for_version(
@@ -368,12 +386,21 @@ async def list_jobs(
 
 async def get_result(conn: Connection, tenant: TenantId, job_id: JobId) -> tuple[JobState, JobResult | None] | None:
     """None when the job does not exist for this tenant; otherwise its state and result, if any."""
+    found = await get_result_and_resource(conn, tenant, job_id)
+    return (found[0], found[1]) if found else None
+
+
+async def get_result_and_resource(
+    conn: Connection, tenant: TenantId, job_id: JobId
+) -> tuple[JobState, JobResult | None, str | None, int | None] | None:
+    """As get_result, with the job's resource key and version (None without a resource)."""
     cur = await conn.execute(queries.RESULT_GET, {"tenant": tenant, "job_id": job_id})
     row = await cur.fetchone()
     if row is None:
         return None
+    resource = (row["resource_key"], row["resource_version"])
     if row["payload"] is None:
-        return JobState(row["state"]), None
+        return JobState(row["state"]), None, *resource
     result = JobResult(
         job_id=JobId(str(row["job_id"])),
         payload=bytes(row["payload"]),
@@ -381,7 +408,7 @@ async def get_result(conn: Connection, tenant: TenantId, job_id: JobId) -> tuple
         fencing_token=FencingToken(row["fencing_token"]),
         created_at=row["created_at"],
     )
-    return JobState(row["state"]), result
+    return JobState(row["state"]), result, *resource
 
 
 async def count_queued(conn: Connection, tenant: TenantId, *, up_to: int) -> int:

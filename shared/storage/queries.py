@@ -91,6 +91,22 @@ MIGRATION_TABLE_CREATE = _migrations.pop("migration_table_create")
 MIGRATION_APPLIED_VERSIONS = _migrations.pop("migration_applied_versions")
 MIGRATION_RECORD = _migrations.pop("migration_record")
 
+_resources = load_sql_blocks("resources.sql")
+RESOURCE_HEAD_LOCK_EXISTING = _resources.pop("resource_head_lock_existing")
+RESOURCE_TOMBSTONE_WRITE = _resources.pop("resource_tombstone_write")
+JOB_CANCEL_DELETED_RESOURCE = _resources.pop("job_cancel_deleted_resource")
+RESULT_DELETE_DELETED_RESOURCE = _resources.pop("result_delete_deleted_resource")
+RESOURCE_DELETION_RECORD = _resources.pop("resource_deletion_record")
+
+DEPENDENCY_RESULTS_PAGE = _results.pop("dependency_results_page")
+
+_delivery_sets = load_sql_blocks("delivery_sets.sql")
+DELIVERY_SET_GET_BY_VERSION = _delivery_sets.pop("delivery_set_get_by_version")
+DELIVERY_SET_GET_HIGHEST = _delivery_sets.pop("delivery_set_get_highest")
+DELIVERY_SET_INSERT = _delivery_sets.pop("delivery_set_insert")
+DELIVERY_SET_MEMBERS_INSERT = _delivery_sets.pop("delivery_set_members_insert")
+DELIVERY_SET_MEMBERS_READ = _delivery_sets.pop("delivery_set_members_read")
+
 _unused = sorted(
     name
     for blocks in (
@@ -104,6 +120,8 @@ _unused = sorted(
         _kinds,
         _admin,
         _scheduling,
+        _resources,
+        _delivery_sets,
     )
     for name in blocks
 )

@@ -29,6 +29,23 @@ class ErrorCategory(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_CATEGORY_RETRYABLE: _ClassVar[ErrorCategory]
     ERROR_CATEGORY_PERMANENT: _ClassVar[ErrorCategory]
     ERROR_CATEGORY_OUTCOME_UNKNOWN: _ClassVar[ErrorCategory]
+
+class DeliverySetFailurePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DELIVERY_SET_FAILURE_POLICY_UNSPECIFIED: _ClassVar[DeliverySetFailurePolicy]
+    DELIVERY_SET_FAILURE_POLICY_FAIL_SET: _ClassVar[DeliverySetFailurePolicy]
+    DELIVERY_SET_FAILURE_POLICY_WAIT_FOR_MANUAL_RETRY: _ClassVar[DeliverySetFailurePolicy]
+
+class DeliverySetState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DELIVERY_SET_STATE_UNSPECIFIED: _ClassVar[DeliverySetState]
+    DELIVERY_SET_STATE_IN_PROGRESS: _ClassVar[DeliverySetState]
+    DELIVERY_SET_STATE_COMPLETE: _ClassVar[DeliverySetState]
+    DELIVERY_SET_STATE_FAILED: _ClassVar[DeliverySetState]
+    DELIVERY_SET_STATE_WAITING_FOR_RETRY: _ClassVar[DeliverySetState]
+    DELIVERY_SET_STATE_SUPERSEDED: _ClassVar[DeliverySetState]
+    DELIVERY_SET_STATE_DELETED: _ClassVar[DeliverySetState]
+    DELIVERY_SET_STATE_EXPIRED: _ClassVar[DeliverySetState]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_BLOCKED: JobState
@@ -43,6 +60,17 @@ ERROR_CATEGORY_UNSPECIFIED: ErrorCategory
 ERROR_CATEGORY_RETRYABLE: ErrorCategory
 ERROR_CATEGORY_PERMANENT: ErrorCategory
 ERROR_CATEGORY_OUTCOME_UNKNOWN: ErrorCategory
+DELIVERY_SET_FAILURE_POLICY_UNSPECIFIED: DeliverySetFailurePolicy
+DELIVERY_SET_FAILURE_POLICY_FAIL_SET: DeliverySetFailurePolicy
+DELIVERY_SET_FAILURE_POLICY_WAIT_FOR_MANUAL_RETRY: DeliverySetFailurePolicy
+DELIVERY_SET_STATE_UNSPECIFIED: DeliverySetState
+DELIVERY_SET_STATE_IN_PROGRESS: DeliverySetState
+DELIVERY_SET_STATE_COMPLETE: DeliverySetState
+DELIVERY_SET_STATE_FAILED: DeliverySetState
+DELIVERY_SET_STATE_WAITING_FOR_RETRY: DeliverySetState
+DELIVERY_SET_STATE_SUPERSEDED: DeliverySetState
+DELIVERY_SET_STATE_DELETED: DeliverySetState
+DELIVERY_SET_STATE_EXPIRED: DeliverySetState
 
 class JobError(_message.Message):
     __slots__ = ("category", "message", "traceback")
@@ -342,3 +370,101 @@ class ListJobEventsResponse(_message.Message):
     events: _containers.RepeatedCompositeFieldContainer[JobEvent]
     next_page_token: str
     def __init__(self, events: _Optional[_Iterable[_Union[JobEvent, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class DeleteResourceRequest(_message.Message):
+    __slots__ = ("resource_key", "reason")
+    RESOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    resource_key: str
+    reason: str
+    def __init__(self, resource_key: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DeleteResourceResponse(_message.Message):
+    __slots__ = ("resource_key", "deleted_version", "cancelled_jobs", "deleted_results", "deleted_at")
+    RESOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    DELETED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    DELETED_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    DELETED_AT_FIELD_NUMBER: _ClassVar[int]
+    resource_key: str
+    deleted_version: int
+    cancelled_jobs: int
+    deleted_results: int
+    deleted_at: _timestamp_pb2.Timestamp
+    def __init__(self, resource_key: _Optional[str] = ..., deleted_version: _Optional[int] = ..., cancelled_jobs: _Optional[int] = ..., deleted_results: _Optional[int] = ..., deleted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class DeliverySetMember(_message.Message):
+    __slots__ = ("name", "job")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    job: SubmitJobRequest
+    def __init__(self, name: _Optional[str] = ..., job: _Optional[_Union[SubmitJobRequest, _Mapping]] = ...) -> None: ...
+
+class SubmitDeliverySetRequest(_message.Message):
+    __slots__ = ("resource_key", "resource_version", "members", "fan_in", "failure_policy")
+    RESOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    FAN_IN_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    resource_key: str
+    resource_version: int
+    members: _containers.RepeatedCompositeFieldContainer[DeliverySetMember]
+    fan_in: SubmitJobRequest
+    failure_policy: DeliverySetFailurePolicy
+    def __init__(self, resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., members: _Optional[_Iterable[_Union[DeliverySetMember, _Mapping]]] = ..., fan_in: _Optional[_Union[SubmitJobRequest, _Mapping]] = ..., failure_policy: _Optional[_Union[DeliverySetFailurePolicy, str]] = ...) -> None: ...
+
+class DeliverySetMemberStatus(_message.Message):
+    __slots__ = ("name", "job", "result")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    job: Job
+    result: JobResult
+    def __init__(self, name: _Optional[str] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., result: _Optional[_Union[JobResult, _Mapping]] = ...) -> None: ...
+
+class DeliverySet(_message.Message):
+    __slots__ = ("set_id", "resource_key", "resource_version", "failure_policy", "state", "members", "fan_in", "fan_in_result", "created_at")
+    SET_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    FAN_IN_FIELD_NUMBER: _ClassVar[int]
+    FAN_IN_RESULT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    set_id: str
+    resource_key: str
+    resource_version: int
+    failure_policy: DeliverySetFailurePolicy
+    state: DeliverySetState
+    members: _containers.RepeatedCompositeFieldContainer[DeliverySetMemberStatus]
+    fan_in: Job
+    fan_in_result: JobResult
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, set_id: _Optional[str] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., failure_policy: _Optional[_Union[DeliverySetFailurePolicy, str]] = ..., state: _Optional[_Union[DeliverySetState, str]] = ..., members: _Optional[_Iterable[_Union[DeliverySetMemberStatus, _Mapping]]] = ..., fan_in: _Optional[_Union[Job, _Mapping]] = ..., fan_in_result: _Optional[_Union[JobResult, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class SubmitDeliverySetResponse(_message.Message):
+    __slots__ = ("set", "created")
+    SET_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    set: DeliverySet
+    created: bool
+    def __init__(self, set: _Optional[_Union[DeliverySet, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class GetDeliverySetRequest(_message.Message):
+    __slots__ = ("resource_key", "resource_version")
+    RESOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    resource_key: str
+    resource_version: int
+    def __init__(self, resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ...) -> None: ...
+
+class GetLatestDeliverySetRequest(_message.Message):
+    __slots__ = ("resource_key",)
+    RESOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    resource_key: str
+    def __init__(self, resource_key: _Optional[str] = ...) -> None: ...

@@ -87,6 +87,26 @@ class JobServiceStub:
                 request_serializer=jobs_dot_v1_dot_jobs__pb2.ListJobEventsRequest.SerializeToString,
                 response_deserializer=jobs_dot_v1_dot_jobs__pb2.ListJobEventsResponse.FromString,
                 _registered_method=True)
+        self.DeleteResource = channel.unary_unary(
+                '/jobs.v1.JobService/DeleteResource',
+                request_serializer=jobs_dot_v1_dot_jobs__pb2.DeleteResourceRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_jobs__pb2.DeleteResourceResponse.FromString,
+                _registered_method=True)
+        self.SubmitDeliverySet = channel.unary_unary(
+                '/jobs.v1.JobService/SubmitDeliverySet',
+                request_serializer=jobs_dot_v1_dot_jobs__pb2.SubmitDeliverySetRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_jobs__pb2.SubmitDeliverySetResponse.FromString,
+                _registered_method=True)
+        self.GetDeliverySet = channel.unary_unary(
+                '/jobs.v1.JobService/GetDeliverySet',
+                request_serializer=jobs_dot_v1_dot_jobs__pb2.GetDeliverySetRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_jobs__pb2.DeliverySet.FromString,
+                _registered_method=True)
+        self.GetLatestDeliverySet = channel.unary_unary(
+                '/jobs.v1.JobService/GetLatestDeliverySet',
+                request_serializer=jobs_dot_v1_dot_jobs__pb2.GetLatestDeliverySetRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_jobs__pb2.DeliverySet.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -175,6 +195,39 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteResource(self, request, context):
+        """Deletes a resource key: cancels its unfinished jobs (running ones stop as for a cancel and their
+        completions are refused with RESOURCE_DELETED), removes its results (GetLatestResult and
+        GetJobResult answer NOT_FOUND at once) and refuses later submissions of versions at or below the
+        deleted one. Recorded with who and why.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitDeliverySet(self, request, context):
+        """Submits the jobs that make one version of a resource as one set, with an optional fan-in job, all
+        or nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDeliverySet(self, request, context):
+        """One delivery set as it stands, whatever its state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetLatestDeliverySet(self, request, context):
+        """The delivery set of the resource key's highest submitted version with every member's result, only
+        once that set is COMPLETE; otherwise FAILED_PRECONDITION RESULT_NOT_READY. Never an older set.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -227,6 +280,26 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ListJobEvents,
                     request_deserializer=jobs_dot_v1_dot_jobs__pb2.ListJobEventsRequest.FromString,
                     response_serializer=jobs_dot_v1_dot_jobs__pb2.ListJobEventsResponse.SerializeToString,
+            ),
+            'DeleteResource': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteResource,
+                    request_deserializer=jobs_dot_v1_dot_jobs__pb2.DeleteResourceRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_jobs__pb2.DeleteResourceResponse.SerializeToString,
+            ),
+            'SubmitDeliverySet': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitDeliverySet,
+                    request_deserializer=jobs_dot_v1_dot_jobs__pb2.SubmitDeliverySetRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_jobs__pb2.SubmitDeliverySetResponse.SerializeToString,
+            ),
+            'GetDeliverySet': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDeliverySet,
+                    request_deserializer=jobs_dot_v1_dot_jobs__pb2.GetDeliverySetRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_jobs__pb2.DeliverySet.SerializeToString,
+            ),
+            'GetLatestDeliverySet': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetLatestDeliverySet,
+                    request_deserializer=jobs_dot_v1_dot_jobs__pb2.GetLatestDeliverySetRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_jobs__pb2.DeliverySet.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -502,6 +575,114 @@ class JobService:
             '/jobs.v1.JobService/ListJobEvents',
             jobs_dot_v1_dot_jobs__pb2.ListJobEventsRequest.SerializeToString,
             jobs_dot_v1_dot_jobs__pb2.ListJobEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteResource(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.JobService/DeleteResource',
+            jobs_dot_v1_dot_jobs__pb2.DeleteResourceRequest.SerializeToString,
+            jobs_dot_v1_dot_jobs__pb2.DeleteResourceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitDeliverySet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.JobService/SubmitDeliverySet',
+            jobs_dot_v1_dot_jobs__pb2.SubmitDeliverySetRequest.SerializeToString,
+            jobs_dot_v1_dot_jobs__pb2.SubmitDeliverySetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDeliverySet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.JobService/GetDeliverySet',
+            jobs_dot_v1_dot_jobs__pb2.GetDeliverySetRequest.SerializeToString,
+            jobs_dot_v1_dot_jobs__pb2.DeliverySet.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetLatestDeliverySet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.JobService/GetLatestDeliverySet',
+            jobs_dot_v1_dot_jobs__pb2.GetLatestDeliverySetRequest.SerializeToString,
+            jobs_dot_v1_dot_jobs__pb2.DeliverySet.FromString,
             options,
             channel_credentials,
             insecure,

@@ -19,11 +19,13 @@ class ReportOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REPORT_OUTCOME_LEASE_LOST: _ClassVar[ReportOutcome]
     REPORT_OUTCOME_JOB_CANCELLED: _ClassVar[ReportOutcome]
     REPORT_OUTCOME_JOB_SUPERSEDED: _ClassVar[ReportOutcome]
+    REPORT_OUTCOME_RESOURCE_DELETED: _ClassVar[ReportOutcome]
 REPORT_OUTCOME_UNSPECIFIED: ReportOutcome
 REPORT_OUTCOME_ACCEPTED: ReportOutcome
 REPORT_OUTCOME_LEASE_LOST: ReportOutcome
 REPORT_OUTCOME_JOB_CANCELLED: ReportOutcome
 REPORT_OUTCOME_JOB_SUPERSEDED: ReportOutcome
+REPORT_OUTCOME_RESOURCE_DELETED: ReportOutcome
 
 class Lease(_message.Message):
     __slots__ = ("job_id", "fencing_token")
@@ -44,20 +46,22 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., extend_by: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LeaseStatus(_message.Message):
-    __slots__ = ("job_id", "fencing_token", "held", "cancel_requested", "superseded", "lease_expires_at")
+    __slots__ = ("job_id", "fencing_token", "held", "cancel_requested", "superseded", "lease_expires_at", "resource_deleted")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
     CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     SUPERSEDED_FIELD_NUMBER: _ClassVar[int]
     LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_DELETED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     fencing_token: int
     held: bool
     cancel_requested: bool
     superseded: bool
     lease_expires_at: _timestamp_pb2.Timestamp
-    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., held: _Optional[bool] = ..., cancel_requested: _Optional[bool] = ..., superseded: _Optional[bool] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    resource_deleted: bool
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., held: _Optional[bool] = ..., cancel_requested: _Optional[bool] = ..., superseded: _Optional[bool] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resource_deleted: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("leases",)
@@ -240,3 +244,29 @@ class ReportProgressResponse(_message.Message):
     OUTCOMES_FIELD_NUMBER: _ClassVar[int]
     outcomes: _containers.RepeatedCompositeFieldContainer[ProgressOutcome]
     def __init__(self, outcomes: _Optional[_Iterable[_Union[ProgressOutcome, _Mapping]]] = ...) -> None: ...
+
+class GetDependencyResultsRequest(_message.Message):
+    __slots__ = ("job_id", "fencing_token", "after_job_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    AFTER_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    fencing_token: int
+    after_job_id: str
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., after_job_id: _Optional[str] = ...) -> None: ...
+
+class DependencyResult(_message.Message):
+    __slots__ = ("job_id", "payload")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    payload: bytes
+    def __init__(self, job_id: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
+class GetDependencyResultsResponse(_message.Message):
+    __slots__ = ("results", "next_after_job_id")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_AFTER_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[DependencyResult]
+    next_after_job_id: str
+    def __init__(self, results: _Optional[_Iterable[_Union[DependencyResult, _Mapping]]] = ..., next_after_job_id: _Optional[str] = ...) -> None: ...

@@ -7,14 +7,14 @@ INSERT INTO jobs (tenant, kind, state, payload, priority, run_after, deadline, m
                   backoff_base_seconds, backoff_cap_seconds, idempotency_key, request_digest, input_digest,
                   resource_key, resource_version, depends_on, labels, finished_at,
                   last_error_category, last_error_message, transition_actor, transition_reason,
-                  traceparent, tracestate)
+                  traceparent, tracestate, waits_for_manual_retry)
 VALUES (%(tenant)s, %(kind)s, %(state)s::job_state, %(payload)s, %(priority)s,
         coalesce(%(run_after)s::timestamptz, clock_timestamp()), %(deadline)s::timestamptz, %(max_attempts)s,
         %(max_attempts)s, %(backoff_base_seconds)s, %(backoff_cap_seconds)s, %(idempotency_key)s,
         %(request_digest)s, %(input_digest)s, %(resource_key)s, %(resource_version)s, %(depends_on)s::uuid[], %(labels)s::jsonb,
         CASE WHEN %(state)s::job_state IN ('failed', 'superseded') THEN clock_timestamp() END,
         %(error_category)s::error_category, %(error_message)s, %(actor)s, %(reason)s,
-        %(traceparent)s, %(tracestate)s)
+        %(traceparent)s, %(tracestate)s, %(waits_for_manual_retry)s)
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
           finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
@@ -50,7 +50,7 @@ FOR SHARE;
 INSERT INTO resource_heads (tenant, resource_key, latest_version)
 VALUES (%(tenant)s, %(resource_key)s, 0)
 ON CONFLICT (tenant, resource_key) DO UPDATE SET latest_version = resource_heads.latest_version
-RETURNING latest_version;
+RETURNING latest_version, deleted_version;
 
 -- name: resource_head_advance
 -- Records a higher version as the resource key's latest.
@@ -297,13 +297,18 @@ WHERE j.job_id = h.job_id
 RETURNING j.job_id, j.fencing_token, j.cancel_requested, j.lease_expires_at;
 
 -- name: job_lease_diagnose
--- Why reports were refused: the current state and token of each named job.
-SELECT job_id, state, fencing_token, cancel_requested
-FROM jobs
-WHERE job_id = ANY (%(job_ids)s::uuid[]);
+-- Why reports were refused: the current state and token of each named job, and whether its version was deleted.
+SELECT j.job_id, j.state, j.fencing_token, j.cancel_requested,
+       EXISTS (SELECT 1 FROM resource_heads AS h
+               WHERE h.tenant = j.tenant AND h.resource_key = j.resource_key
+                 AND h.deleted_version >= j.resource_version) AS resource_deleted
+FROM jobs AS j
+WHERE j.job_id = ANY (%(job_ids)s::uuid[]);
 
 -- name: job_complete_batch
 -- Fenced completion of many jobs: SUCCEEDED with its result, or CANCELLED when a cancel was requested.
+-- A job whose resource version has a tombstone is refused like a stale lease: the deletion cancels such
+-- jobs in the transaction that writes the tombstone, so a completion waiting on the row lock re-reads it.
 WITH reported AS (
     SELECT *
     FROM unnest(%(job_ids)s::uuid[], %(fencing_tokens)s::bigint[], %(results)s::bytea[])
@@ -314,6 +319,9 @@ WITH reported AS (
     FROM jobs AS j
     JOIN reported AS r ON j.job_id = r.job_id AND j.fencing_token = r.fencing_token
     WHERE j.state = 'running'
+      AND NOT EXISTS (SELECT 1 FROM resource_heads AS h
+                      WHERE h.tenant = j.tenant AND h.resource_key = j.resource_key
+                        AND h.deleted_version >= j.resource_version)
     ORDER BY j.job_id
     FOR UPDATE OF j
 ), finished AS (
@@ -484,7 +492,7 @@ RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created
 -- name: resource_head_lock_for_retry
 -- Locks the resource head of one tenant's job, before the job row as a submission of that key does, so a
 -- retry and a newer version's submission run one after the other; no row for a job without a resource.
-SELECT h.latest_version
+SELECT h.latest_version, h.deleted_version
 FROM resource_heads AS h
 JOIN jobs AS j ON j.tenant = h.tenant AND j.resource_key = h.resource_key
 WHERE j.tenant = %(tenant)s AND j.job_id = %(job_id)s::uuid
