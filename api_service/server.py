@@ -27,6 +27,8 @@ from api_service.usecases.job_queries import JobQueries
 from api_service.usecases.job_watch import RECHECK_SECONDS_DEFAULT, JobWatch
 from api_service.usecases.kind_catalog import KindCatalog
 from api_service.usecases.lifecycle import JobLifecycle
+from api_service.usecases.schedule_runner import ScheduleRunner
+from api_service.usecases.schedules import ScheduleService
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
 from api_service.worker_servicer import WorkerServicer
@@ -109,19 +111,22 @@ async def serve(settings: ApiSettings) -> None:
     hub = JobChangeHub(settings.database.session_url)
     # Without a session for LISTEN, WatchJob streams learn of changes by reading again this often.
     watch_recheck_seconds = RECHECK_SECONDS_DEFAULT if settings.database.session_url else WATCH_POLL_SECONDS
+    submissions = SubmissionService(
+        db,
+        kinds,
+        settings.limits,
+        dedupe_window_seconds=settings.dedupe_window_seconds,
+        metrics=metrics.submissions,
+    )
+    admission = SubmissionAdmission(db, settings.tenant_limits)
     jobs_pb2_grpc.add_JobServiceServicer_to_server(
         JobServicer(
-            SubmissionService(
-                db,
-                kinds,
-                settings.limits,
-                dedupe_window_seconds=settings.dedupe_window_seconds,
-                metrics=metrics.submissions,
-            ),
+            submissions,
             JobQueries(db, ResultCache(settings.result_cache, metrics.result_cache)),
             JobLifecycle(db),
             JobWatch(db, hub, watch_recheck_seconds, max_streams=settings.max_watch_streams),
-            SubmissionAdmission(db, settings.tenant_limits),
+            admission,
+            ScheduleService(db, kinds, settings.limits, submissions, admission),
         ),
         server,
     )
@@ -159,6 +164,11 @@ async def serve(settings: ApiSettings) -> None:
         asyncio.create_task(HealthMonitor(health_servicer, db, settings.health_interval_seconds).run()),
         asyncio.create_task(hub.run()),
     ]
+    if settings.scheduler_enabled:
+        # In the API, not the workers: the API owns submissions (kinds, quotas, idempotency, the
+        # jobs_api role that may insert jobs); every replica runs one and they share due rows.
+        runner = ScheduleRunner(db, submissions, admission, poll_seconds=settings.scheduler_poll_seconds)
+        background.append(asyncio.create_task(runner.run()))
     log.info(
         "API serving on %s (%s)%s",
         settings.listen,

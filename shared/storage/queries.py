@@ -10,6 +10,7 @@ _metrics = load_sql_blocks("metrics.sql")
 _session = load_sql_blocks("session.sql")
 _migrations = load_sql_blocks("migrations.sql")
 _kinds = load_sql_blocks("kinds.sql")
+_schedules = load_sql_blocks("schedules.sql")
 
 JOB_INSERT = _jobs.pop("job_insert")
 JOB_INSERT_MANY = _jobs.pop("job_insert_many")
@@ -64,6 +65,17 @@ KIND_POLICY_CONFLICTS = _kinds.pop("kind_policy_conflicts")
 KIND_PUBLISHERS_FORGET = _kinds.pop("kind_publishers_forget")
 KIND_RETIRE = _kinds.pop("kind_retire")
 
+SCHEDULE_INSERT = _schedules.pop("schedule_insert")
+SCHEDULE_GET = _schedules.pop("schedule_get")
+SCHEDULE_LOCK = _schedules.pop("schedule_lock")
+SCHEDULE_LIST = _schedules.pop("schedule_list")
+SCHEDULE_SET_PAUSED = _schedules.pop("schedule_set_paused")
+SCHEDULE_DELETE = _schedules.pop("schedule_delete")
+SCHEDULE_CLAIM_DUE = _schedules.pop("schedule_claim_due")
+SCHEDULE_CLOCK = _schedules.pop("schedule_clock")
+SCHEDULE_RECORD_STEP = _schedules.pop("schedule_record_step")
+SCHEDULE_FIRE_RECORD = _schedules.pop("schedule_fire_record")
+
 MIGRATION_LOCK = _migrations.pop("migration_lock")
 MIGRATION_UNLOCK = _migrations.pop("migration_unlock")
 MIGRATION_TABLE_CREATE = _migrations.pop("migration_table_create")
@@ -71,7 +83,9 @@ MIGRATION_APPLIED_VERSIONS = _migrations.pop("migration_applied_versions")
 MIGRATION_RECORD = _migrations.pop("migration_record")
 
 _unused = sorted(
-    name for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations, _kinds) for name in blocks
+    name
+    for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations, _kinds, _schedules)
+    for name in blocks
 )
 if _unused:
     raise RuntimeError(f"SQL blocks without a constant: {_unused}")
