@@ -102,7 +102,7 @@ def jobs_table(jobs: list[jobs_pb2.Job]) -> str:
         )
         for job in jobs
     ]
-    return _table(rows)
+    return table(rows)
 
 
 # The states a failed attempt leads to: only there is last_error the reason for the line.
@@ -160,7 +160,7 @@ def events_table(events: list[jobs_pb2.JobEvent]) -> str:
         )
         for event in events
     ]
-    return "\n".join([_table(rows), *_attempt_errors(events)])
+    return "\n".join([table(rows), *_attempt_errors(events)])
 
 
 def _attempt_errors(events: list[jobs_pb2.JobEvent]) -> list[str]:
@@ -175,6 +175,7 @@ def _attempt_errors(events: list[jobs_pb2.JobEvent]) -> list[str]:
     return lines
 
 
-def _table(rows: Sequence[tuple[str, ...]]) -> str:
+def table(rows: Sequence[tuple[str, ...]]) -> str:
+    """Columns padded to their widest cell."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
