@@ -46,6 +46,11 @@ class ScheduleRunner:
             except JobsError as exc:
                 log.warning("scheduler: could not fire schedules: %s", exc.message)
                 progressed = False
+            except Exception:
+                # A bug in one step must not end this replica's scheduling for good: the claim rolled
+                # back, so the fire is due again at the next poll, and the log says why.
+                log.exception("scheduler: a fire step failed")
+                progressed = False
             if not progressed:
                 await asyncio.sleep(self._poll_seconds)
 

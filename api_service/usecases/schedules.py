@@ -92,7 +92,7 @@ class ScheduleService:
         return SchedulePage(page, page[-1].schedule_id if more else "")
 
     async def pause(self, tenant: TenantId, schedule_id: str, note: str) -> Schedule:
-        """A paused schedule fires no cron time; a buffered fire waits with it."""
+        """A paused schedule fires no cron time; a fire buffered before the pause is dropped at resume."""
         async with self._db.transaction(tenant) as conn:
             changed = await schedule_store.set_paused(
                 conn, tenant, schedule_id, paused=True, note=note, next_fire_at=None
