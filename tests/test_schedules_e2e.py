@@ -82,7 +82,13 @@ def test_two_api_replicas_fire_exactly_one_job_per_schedule_and_fire_time(servic
         assert recorded == {"n": len(fires), "jobs": len(fires)}
         assert _get(acme, schedule_id).fires_submitted == len(fires)
     fired_by = [p.name for p in service_stack.processes if "fired for" in p.log_text()]
-    print(f"replicas that fired: {fired_by}")
+    lateness = sorted(
+        (f["created_at"] - f["fire_at"]).total_seconds() for schedule_id in ids for f in _fires(sync_db, schedule_id)
+    )
+    # Reported, not asserted (a busy machine decides it): how long after its fire time a job was stored.
+    print(
+        f"replicas that fired: {fired_by}; lateness median {lateness[len(lateness) // 2]:.3f}s, max {lateness[-1]:.3f}s"
+    )
 
 
 def test_pause_stops_the_fires_resume_starts_them_and_trigger_fires_at_once(service_stack: ServiceStack, sync_db):
