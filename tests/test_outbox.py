@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -32,20 +33,20 @@ def outbox_url(empty_database_url: str) -> str:
 
 
 def _relay(stack: ServiceStack, outbox_url: str, name: str, *args: str, **env: str) -> subprocess.Popen:
-    log = (stack.workdir / f"{name}.log").open("wb")
-    return subprocess.Popen(
-        [sys.executable, "-m", "jobs_outbox.relay", "--poll-seconds", "0.1", *args],
-        cwd=REPO_ROOT,
-        env={
-            **os.environ,
-            "JOBS_OUTBOX_DATABASE_URL": outbox_url,
-            "JOBS_API_TARGET": stack.api_target,
-            "JOBS_OUTBOX_TOKEN": tenant_token("acme"),
-            **env,
-        },
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    with (stack.workdir / f"{name}.log").open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "jobs_outbox.relay", "--poll-seconds", "0.1", *args],
+            cwd=REPO_ROOT,
+            env={
+                **os.environ,
+                "JOBS_OUTBOX_DATABASE_URL": outbox_url,
+                "JOBS_API_TARGET": stack.api_target,
+                "JOBS_OUTBOX_TOKEN": tenant_token("acme"),
+                **env,
+            },
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _outbox(outbox_url: str) -> list[dict]:
@@ -113,6 +114,7 @@ def test_several_relays_share_the_outbox_and_submit_each_row_once(service_stack:
         for n in range(rows):
             jobs_outbox.enqueue(conn, kind="echo", payload=str(n).encode(), labels={"batch": batch})
         jobs_outbox.enqueue(conn, kind="no-such-kind", labels={"batch": batch})
+    started = time.monotonic()
     relays = [_relay(service_stack, outbox_url, f"relay-{n}", "--batch-size", "5") for n in range(3)]
     try:
         wait_until(
@@ -124,6 +126,8 @@ def test_several_relays_share_the_outbox_and_submit_each_row_once(service_stack:
         for relay in relays:
             relay.terminate()
             relay.wait(10)
+    # Reported, not asserted: from the relays' start (their interpreter's start-up included).
+    print(f"{rows + 1} rows relayed by 3 relays in {time.monotonic() - started:.2f}s")
     outbox = _outbox(outbox_url)
     sent = [r for r in outbox if r["sent_at"]]
     assert len(sent) == rows and len({r["job_id"] for r in sent}) == rows
