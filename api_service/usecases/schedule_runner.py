@@ -9,6 +9,7 @@ import dataclasses
 import logging
 from datetime import datetime
 
+from api_service.metrics import ScheduleMetrics
 from api_service.usecases.admission import SubmissionAdmission
 from api_service.usecases.schedules import schedule_actor
 from api_service.usecases.submission import SubmissionService
@@ -32,8 +33,10 @@ class ScheduleRunner:
         admission: SubmissionAdmission,
         *,
         poll_seconds: float = POLL_SECONDS_DEFAULT,
+        metrics: ScheduleMetrics | None = None,
     ) -> None:
         self._db = db
+        self._metrics = metrics or ScheduleMetrics()
         self._submissions = submissions
         self._admission = admission
         self._poll_seconds = poll_seconds
@@ -76,20 +79,24 @@ class ScheduleRunner:
         if record is None:
             return False
         await schedule_store.record_step(conn, schedule, record)
+        # Counted before COMMIT: a claim that then fails to commit is fired again and counted twice.
+        self._metrics.fired("missed", step.missed)
+        if record.outcome:
+            self._metrics.fired(record.outcome)
         return step.progressed
 
     async def _act(self, conn: Connection, schedule: Schedule, step: FireStep) -> schedule_store.StepRecord | None:
         """What the step's action did; None when a transient refusal leaves the fire due for later."""
         if step.action is FireAction.NOTHING:
-            return schedule_store.StepRecord(step, None, 0, 0, schedule.last_error)
+            return schedule_store.StepRecord(step, None, 0, 0, schedule.last_error, outcome="")
         assert step.fire_at is not None
         if step.action is FireAction.SKIP:
             detail = f"the previous fire's job {schedule.last_job_id} had not ended"
             await schedule_store.record_fire(conn, schedule, step.fire_at, "skipped", detail=detail)
-            return schedule_store.StepRecord(step, None, 0, 1, schedule.last_error)
+            return schedule_store.StepRecord(step, None, 0, 1, schedule.last_error, outcome="skipped")
         if step.action is FireAction.BUFFER:
             await schedule_store.record_fire(conn, schedule, step.fire_at, "buffered")
-            return schedule_store.StepRecord(step, None, 0, 0, schedule.last_error)
+            return schedule_store.StepRecord(step, None, 0, 0, schedule.last_error, outcome="buffered")
         try:
             job_id = await self._submit(schedule, step.fire_at)
         except _TRANSIENT as exc:
@@ -97,9 +104,9 @@ class ScheduleRunner:
             return None
         except JobsError as exc:
             await schedule_store.record_fire(conn, schedule, step.fire_at, "refused", detail=exc.message)
-            return schedule_store.StepRecord(step, None, 0, 0, exc.message)
+            return schedule_store.StepRecord(step, None, 0, 0, exc.message, outcome="refused")
         await schedule_store.record_fire(conn, schedule, step.fire_at, "submitted", job_id=job_id)
-        return schedule_store.StepRecord(step, job_id, 1, 0, "")
+        return schedule_store.StepRecord(step, job_id, 1, 0, "", outcome="submitted")
 
     async def _submit(self, schedule: Schedule, fire_at: datetime) -> JobId:
         """Every rule of SubmitJob applies: the tenant's admission, kinds, limits, idempotency."""

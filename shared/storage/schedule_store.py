@@ -125,6 +125,8 @@ class StepRecord:
     submitted: int
     skipped: int
     last_error: str
+    # What the fire's record says ("submitted", "skipped", …); empty when the step fired nothing.
+    outcome: str = ""
 
 
 async def record_step(conn: Connection, schedule: Schedule, record: StepRecord) -> None:
