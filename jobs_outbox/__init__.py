@@ -14,7 +14,7 @@ This package depends on psycopg and the generated jobs.v1 stubs only, never on t
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from importlib import resources
 from typing import Any
@@ -55,6 +55,25 @@ def create_table(conn: psycopg.Connection[Any]) -> None:
     conn.execute(OUTBOX_DDL)
 
 
+@dataclass(frozen=True)
+class Submission:
+    """One job to submit: SubmitJobRequest's fields, checked by the API when the row is relayed."""
+
+    kind: str
+    payload: bytes = b""
+    idempotency_key: str | None = None
+    priority: int = 0
+    run_after: datetime | None = None
+    max_attempts: int = 0
+    deadline: datetime | None = None
+    resource_key: str | None = None
+    resource_version: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def params(self) -> dict[str, Any]:
+        return {**asdict(self), "labels": Jsonb(self.labels)}
+
+
 def enqueue(
     conn: psycopg.Connection[Any],
     *,
@@ -70,23 +89,27 @@ def enqueue(
     labels: dict[str, str] | None = None,
 ) -> Enqueued:
     """Writes one submission into the outbox on `conn`, inside whatever transaction it has open: the
-    submission exists only if that transaction commits. The fields are SubmitJobRequest's."""
+    submission exists only if that transaction commits."""
+    submission = Submission(
+        kind, payload, idempotency_key, priority, run_after, max_attempts, deadline, resource_key,
+        resource_version, labels or {},
+    )  # fmt: skip
+    return enqueue_submission(conn, submission)
+
+
+def enqueue_submission(conn: psycopg.Connection[Any], submission: Submission) -> Enqueued:
+    """`enqueue` with the submission as one value."""
     # A cursor of its own: the caller's connection may use any row factory.
     with conn.cursor(row_factory=tuple_row) as cur:
-        row = cur.execute(
-            QUERIES["outbox_insert"],
-            {
-                "kind": kind,
-                "payload": payload,
-                "idempotency_key": idempotency_key,
-                "priority": priority,
-                "run_after": run_after,
-                "max_attempts": max_attempts,
-                "deadline": deadline,
-                "resource_key": resource_key,
-                "resource_version": resource_version,
-                "labels": Jsonb(labels or {}),
-            },
-        ).fetchone()
+        row = cur.execute(QUERIES["outbox_insert"], submission.params()).fetchone()
+    assert row is not None
+    return Enqueued(row[0], row[1])
+
+
+async def enqueue_async(conn: psycopg.AsyncConnection[Any], submission: Submission) -> Enqueued:
+    """`enqueue_submission` on an asyncio psycopg connection, inside its open transaction."""
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(QUERIES["outbox_insert"], submission.params())
+        row = await cur.fetchone()
     assert row is not None
     return Enqueued(row[0], row[1])

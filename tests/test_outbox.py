@@ -134,3 +134,15 @@ def test_several_relays_share_the_outbox_and_submit_each_row_once(service_stack:
     assert len(_jobs_labelled(service_stack.tenant("acme"), batch)) == rows
     [refused] = [r for r in outbox if r["failed_at"]]
     assert refused["kind"] == "no-such-kind" and refused["last_error"].startswith("INVALID_ARGUMENT")
+
+
+async def test_an_asyncio_service_enqueues_in_its_own_transaction_too(outbox_url):
+    async with await psycopg.AsyncConnection.connect(outbox_url) as conn:
+        async with conn.transaction():
+            kept = await jobs_outbox.enqueue_async(conn, jobs_outbox.Submission("echo", b"a", labels={"k": "v"}))
+        with pytest.raises(RuntimeError):
+            async with conn.transaction():
+                await jobs_outbox.enqueue_async(conn, jobs_outbox.Submission("echo", b"rolled back"))
+                raise RuntimeError("the caller's own change failed")
+    [row] = _outbox(outbox_url)
+    assert (row["outbox_id"], bytes(row["payload"]), row["labels"]) == (kept.outbox_id, b"a", {"k": "v"})
