@@ -9,13 +9,14 @@ from datetime import UTC, datetime
 from api_service.usecases.admission import SubmissionAdmission
 from api_service.usecases.kind_catalog import KindCatalog
 from api_service.usecases.submission import SubmissionService
-from shared.domain.errors import AlreadyExists, InvalidArgument, NotFound
+from shared.domain.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound
 from shared.domain.ids import TenantId
 from shared.domain.jobs import Job
 from shared.domain.schedules import (
     CATCHUP_WINDOW_SECONDS_DEFAULT,
     NewSchedule,
     Schedule,
+    validate_note,
     validate_schedule_fields,
 )
 from shared.domain.submission_rules import SubmissionLimits, validate_new_job
@@ -59,7 +60,7 @@ class ScheduleService:
     async def create(self, tenant: TenantId, actor: str, new: NewSchedule) -> Schedule:
         """Refuses an id the tenant already uses (ALREADY_EXISTS), so a retried create is never two."""
         new = new if new.schedule_id else replace(new, schedule_id=uuid.uuid4().hex)
-        violations = validate_schedule_fields(new.schedule_id, new.catchup_window_seconds)
+        violations = validate_schedule_fields(new.schedule_id, new.catchup_window_seconds, new.note)
         if violations:
             raise InvalidArgument(violations)
         if not new.catchup_window_seconds:
@@ -84,7 +85,9 @@ class ScheduleService:
         return found
 
     async def list(self, tenant: TenantId, after_id: str, page_size: int) -> SchedulePage:
-        size = min(page_size or LIST_PAGE_SIZE_DEFAULT, LIST_PAGE_SIZE_MAX)
+        if not 0 <= page_size <= LIST_PAGE_SIZE_MAX:
+            raise InvalidArgument(FieldViolation("page_size", f"must be between 0 and {LIST_PAGE_SIZE_MAX}"))
+        size = page_size or LIST_PAGE_SIZE_DEFAULT
         async with self._db.transaction(tenant) as conn:
             found = await schedule_store.list_page(conn, tenant, after_id, size + 1)
         more = len(found) > size
@@ -93,6 +96,7 @@ class ScheduleService:
 
     async def pause(self, tenant: TenantId, schedule_id: str, note: str) -> Schedule:
         """A paused schedule fires no cron time; a fire buffered before the pause is dropped at resume."""
+        _check_note(note)
         async with self._db.transaction(tenant) as conn:
             changed = await schedule_store.set_paused(
                 conn, tenant, schedule_id, paused=True, note=note, next_fire_at=None
@@ -103,6 +107,7 @@ class ScheduleService:
 
     async def resume(self, tenant: TenantId, schedule_id: str, note: str) -> Schedule:
         """Fires from the next cron time after now: times that passed while paused are not caught up."""
+        _check_note(note)
         async with self._db.transaction(tenant) as conn:
             found = await schedule_store.get(conn, tenant, schedule_id, lock=True)
             if found is None:
@@ -139,6 +144,12 @@ class ScheduleService:
             deleted = await schedule_store.delete(conn, tenant, schedule_id)
         if not deleted:
             raise ScheduleNotFound()
+
+
+def _check_note(note: str) -> None:
+    violations = validate_note(note)
+    if violations:
+        raise InvalidArgument(violations)
 
 
 def schedule_actor(schedule_id: str) -> str:

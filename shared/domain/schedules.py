@@ -20,6 +20,8 @@ from shared.domain.jobs import NewJob
 
 SCHEDULE_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
 CATCHUP_WINDOW_SECONDS_DEFAULT = 60
+CRON_CHARS_MAX = 200
+NOTE_CHARS_MAX = 1000
 CATCHUP_WINDOW_SECONDS_MAX = 366 * 24 * 3600
 # Fires missed after downtime are counted one by one up to this many; beyond it the count is a floor
 # and the schedule jumps to the first fire inside the window.
@@ -80,7 +82,7 @@ def validate_cron(cron: str, time_zone: str, prefix: str = "") -> CronSpec:
     except (ZoneInfoNotFoundError, ValueError):
         violations.append(FieldViolation(f"{prefix}time_zone", "must be an IANA time zone, e.g. Europe/Berlin"))
     fields = cron.split()
-    if len(fields) not in _CRON_FIELDS_ALLOWED or not croniter.is_valid(cron):
+    if len(cron) > CRON_CHARS_MAX or len(fields) not in _CRON_FIELDS_ALLOWED or not croniter.is_valid(cron):
         violations.append(
             FieldViolation(
                 f"{prefix}cron",
@@ -159,8 +161,14 @@ class Schedule:
     created_by: str
 
 
-def validate_schedule_fields(schedule_id: str, catchup_window_seconds: int) -> list[FieldViolation]:
-    violations = []
+def validate_note(note: str) -> list[FieldViolation]:
+    if len(note) > NOTE_CHARS_MAX:
+        return [FieldViolation("note", f"must be at most {NOTE_CHARS_MAX} characters")]
+    return []
+
+
+def validate_schedule_fields(schedule_id: str, catchup_window_seconds: int, note: str = "") -> list[FieldViolation]:
+    violations = validate_note(note)
     if not SCHEDULE_ID_PATTERN.fullmatch(schedule_id):
         violations.append(FieldViolation("schedule_id", f"must match {SCHEDULE_ID_PATTERN.pattern}"))
     if not 0 <= catchup_window_seconds <= CATCHUP_WINDOW_SECONDS_MAX:
