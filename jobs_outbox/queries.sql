@@ -1,4 +1,4 @@
--- The statements of the outbox helper and its relay, on the table outbox.sql creates.
+-- The statements of jobs_outbox.enqueue and its relay, on the table outbox.sql creates.
 
 -- name: outbox_insert
 -- Writes one submission in the caller's transaction.

@@ -25,7 +25,7 @@ WAIT_SECONDS = 60.0
 
 @pytest.fixture
 def outbox_url(empty_database_url: str) -> str:
-    """The user's own database, with the outbox table the helper creates."""
+    """The user's own database, with the outbox table create_table() makes."""
     with psycopg.connect(empty_database_url) as conn:
         jobs_outbox.create_table(conn)
         jobs_outbox.create_table(conn)  # idempotent: a deploy may run it every time
