@@ -4,6 +4,7 @@
 #   python -m api_service migrate      the schema migrations (the Kubernetes Job)
 #   python -m worker_service           a worker replica
 #   jobsctl ...                        the command-line client
+#   python -m jobs_outbox.relay        forwards a service's outbox table to the API (docs/OUTBOX.md)
 # Build: docker build -t durable-jobs:0.1.0 .
 ARG PYTHON_IMAGE=python:3.11-slim
 
@@ -22,8 +23,9 @@ COPY shared ./shared
 COPY api_service ./api_service
 COPY worker_service ./worker_service
 COPY jobsctl ./jobsctl
+COPY jobs_outbox ./jobs_outbox
 RUN /opt/jobs/bin/pip install --no-deps . \
-    && /opt/jobs/bin/python -c "import api_service.__main__, worker_service.__main__, jobsctl.__main__"
+    && /opt/jobs/bin/python -c "import api_service.__main__, worker_service.__main__, jobsctl.__main__, jobs_outbox.relay"
 
 FROM ${PYTHON_IMAGE} AS runtime
 # A fixed numeric uid, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.

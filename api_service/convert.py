@@ -36,6 +36,7 @@ from shared.domain.jobs import (
     ReportOutcome,
     RetryHint,
 )
+from shared.domain.schedules import NewSchedule, OverlapPolicy, Schedule, template_from_job, validate_cron
 from shared.domain.trace_context import TraceContext, trace_context_from_headers
 from shared.storage.resource_store import Deletion
 
@@ -393,4 +394,63 @@ def deletion_to_proto(deletion: Deletion) -> jobs_pb2.DeleteResourceResponse:
         cancelled_jobs=len(deletion.cancelled),
         deleted_results=deletion.deleted_results,
         deleted_at=_timestamp(deletion.deleted_at),
+    )
+
+
+_OVERLAP_TO_PROTO = {
+    p: cast(jobs_pb2.ScheduleOverlapPolicy, jobs_pb2.ScheduleOverlapPolicy.Value(f"SCHEDULE_OVERLAP_POLICY_{p.name}"))
+    for p in OverlapPolicy
+}
+_OVERLAP_FROM_PROTO = {number: p for p, number in _OVERLAP_TO_PROTO.items()}
+
+
+def new_schedule_from_proto(request: jobs_pb2.CreateScheduleRequest) -> NewSchedule:
+    """Checks the cron expression, the time zone and the template's fields; the use-case checks the rest."""
+    overlap = (
+        OverlapPolicy.SKIP
+        if request.overlap_policy == jobs_pb2.SCHEDULE_OVERLAP_POLICY_UNSPECIFIED
+        else _OVERLAP_FROM_PROTO.get(request.overlap_policy)
+    )
+    if overlap is None:
+        raise InvalidArgument(FieldViolation("overlap_policy", "is not a known policy"))
+    if not request.HasField("job"):
+        raise InvalidArgument(FieldViolation("job", "is required: the job each fire submits"))
+    template = template_from_job(new_job_from_proto(request.job, "job."))
+    return NewSchedule(
+        schedule_id=request.schedule_id,
+        template=template,
+        spec=validate_cron(request.cron, request.time_zone or "UTC"),
+        overlap=overlap,
+        catchup_window_seconds=request.catchup_window_seconds,
+        paused=request.paused,
+        note=request.note,
+    )
+
+
+def schedule_to_proto(schedule: Schedule) -> jobs_pb2.Schedule:
+    template = schedule.template
+    return jobs_pb2.Schedule(
+        schedule_id=schedule.schedule_id,
+        job=jobs_pb2.SubmitJobRequest(
+            kind=template.kind,
+            payload=template.payload,
+            priority=template.priority,
+            max_attempts=template.max_attempts,
+            labels=template.labels,
+        ),
+        cron=schedule.spec.cron,
+        time_zone=schedule.spec.time_zone,
+        overlap_policy=_OVERLAP_TO_PROTO[schedule.overlap],
+        catchup_window_seconds=schedule.catchup_window_seconds,
+        paused=schedule.paused,
+        note=schedule.note,
+        next_fire_at=_timestamp(schedule.next_fire_at),
+        buffered_fire_at=_timestamp(schedule.buffered_fire_at),
+        last_fire_at=_timestamp(schedule.last_fire_at),
+        last_job_id=schedule.last_job_id or "",
+        fires_submitted=schedule.fires_submitted,
+        fires_missed=schedule.fires_missed,
+        fires_skipped=schedule.fires_skipped,
+        last_error=schedule.last_error,
+        created_at=_timestamp(schedule.created_at),
     )

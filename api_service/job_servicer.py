@@ -15,8 +15,10 @@ from api_service.usecases.job_queries import JobQueries
 from api_service.usecases.job_watch import JobWatch
 from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.resources import ResourceDeletions
+from api_service.usecases.schedules import ScheduleService
 from api_service.usecases.submission import SubmissionService
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc
+from shared.domain.errors import Unavailable
 from shared.domain.ids import JobId, TenantId
 
 # The asyncio server's context; requests and responses are typed per method. (A string: the stubs'
@@ -40,7 +42,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         admission: SubmissionAdmission,
         deletions: ResourceDeletions | None = None,
         delivery_sets: DeliverySets | None = None,
+        schedules: ScheduleService | None = None,
     ) -> None:
+        self._schedules = schedules
         self._admission = admission
         self._deletions = deletions or ResourceDeletions(submissions.database)
         self._sets = delivery_sets or DeliverySets(submissions.database, submissions)
@@ -152,3 +156,47 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self, request: jobs_pb2.GetLatestDeliverySetRequest, context: Context
     ) -> jobs_pb2.DeliverySet:
         return convert.delivery_set_to_proto(await self._sets.latest_complete(_tenant(), request.resource_key))
+
+    def _schedule_service(self) -> ScheduleService:
+        if self._schedules is None:
+            raise Unavailable("schedules are not served by this replica")
+        return self._schedules
+
+    async def CreateSchedule(self, request: jobs_pb2.CreateScheduleRequest, context: Context) -> jobs_pb2.Schedule:
+        schedule = await self._schedule_service().create(
+            _tenant(), current_principal().name, convert.new_schedule_from_proto(request)
+        )
+        return convert.schedule_to_proto(schedule)
+
+    async def GetSchedule(self, request: jobs_pb2.GetScheduleRequest, context: Context) -> jobs_pb2.Schedule:
+        return convert.schedule_to_proto(await self._schedule_service().get(_tenant(), request.schedule_id))
+
+    async def ListSchedules(
+        self, request: jobs_pb2.ListSchedulesRequest, context: Context
+    ) -> jobs_pb2.ListSchedulesResponse:
+        page = await self._schedule_service().list(_tenant(), request.page_token, request.page_size)
+        return jobs_pb2.ListSchedulesResponse(
+            schedules=[convert.schedule_to_proto(s) for s in page.schedules], next_page_token=page.next_after_id
+        )
+
+    async def PauseSchedule(self, request: jobs_pb2.PauseScheduleRequest, context: Context) -> jobs_pb2.Schedule:
+        schedule = await self._schedule_service().pause(_tenant(), request.schedule_id, request.note)
+        return convert.schedule_to_proto(schedule)
+
+    async def ResumeSchedule(self, request: jobs_pb2.ResumeScheduleRequest, context: Context) -> jobs_pb2.Schedule:
+        schedule = await self._schedule_service().resume(_tenant(), request.schedule_id, request.note)
+        return convert.schedule_to_proto(schedule)
+
+    async def TriggerSchedule(
+        self, request: jobs_pb2.TriggerScheduleRequest, context: Context
+    ) -> jobs_pb2.TriggerScheduleResponse:
+        schedule, job = await self._schedule_service().trigger(_tenant(), request.schedule_id)
+        return jobs_pb2.TriggerScheduleResponse(
+            schedule=convert.schedule_to_proto(schedule), job=convert.job_to_proto(job)
+        )
+
+    async def DeleteSchedule(
+        self, request: jobs_pb2.DeleteScheduleRequest, context: Context
+    ) -> jobs_pb2.DeleteScheduleResponse:
+        await self._schedule_service().delete(_tenant(), request.schedule_id)
+        return jobs_pb2.DeleteScheduleResponse()

@@ -58,6 +58,25 @@ class ReportMetrics:
         self.fenced_rejections.labels(outcome.name).inc()
 
 
+class ScheduleMetrics:
+    """What the scheduler loops' fires did, summed over replicas by the scrape."""
+
+    OUTCOMES = ("submitted", "skipped", "buffered", "missed", "refused")
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.fires = Counter(
+            "jobs_schedule_fires_total",
+            "Schedule fires by outcome: submitted, skipped or buffered (overlap), missed (catch-up), refused.",
+            ["outcome"],
+            registry=registry or CollectorRegistry(),
+        )
+        for outcome in self.OUTCOMES:
+            self.fires.labels(outcome)
+
+    def fired(self, outcome: str, count: int = 1) -> None:
+        self.fires.labels(outcome).inc(count)
+
+
 class SubmissionMetrics:
     """Arrivals: jobs a submission created, counted once it committed. A replayed idempotent
     submission, or one attached to an identical job (dedupe by input), created nothing and counts
@@ -141,6 +160,7 @@ class ApiMetrics:
         self.submissions = SubmissionMetrics(self.registry, tenant_limit)
         self.reports = ReportMetrics(self.registry)
         self.result_cache = ResultCacheMetrics(self.registry)
+        self.schedules = ScheduleMetrics(self.registry)
         self.queue = QueueGaugeCollector()
         self.registry.register(self.queue)
 

@@ -32,6 +32,8 @@ from api_service.usecases.job_watch import RECHECK_SECONDS_DEFAULT, JobWatch
 from api_service.usecases.kind_catalog import KindCatalog
 from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.resources import ResourceDeletions
+from api_service.usecases.schedule_runner import ScheduleRunner
+from api_service.usecases.schedules import ScheduleService
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
 from api_service.worker_servicer import WorkerServicer
@@ -118,15 +120,17 @@ async def serve(settings: ApiSettings) -> None:
     submissions = SubmissionService(
         db, kinds, settings.limits, dedupe_window_seconds=settings.dedupe_window_seconds, metrics=metrics.submissions
     )
+    admission = SubmissionAdmission(db, settings.tenant_limits)
     jobs_pb2_grpc.add_JobServiceServicer_to_server(
         JobServicer(
             submissions,
             queries,
             JobLifecycle(db),
             JobWatch(db, hub, watch_recheck_seconds, max_streams=settings.max_watch_streams),
-            SubmissionAdmission(db, settings.tenant_limits),
-            ResourceDeletions(db),
-            DeliverySets(db, submissions),
+            admission,
+            deletions=ResourceDeletions(db),
+            delivery_sets=DeliverySets(db, submissions),
+            schedules=ScheduleService(db, kinds, settings.limits, submissions, admission),
         ),
         server,
     )
@@ -166,6 +170,13 @@ async def serve(settings: ApiSettings) -> None:
         asyncio.create_task(HealthMonitor(health_servicer, db, settings.health_interval_seconds).run()),
         asyncio.create_task(hub.run()),
     ]
+    if settings.scheduler_enabled:
+        # In the API, not the workers: the API owns submissions (kinds, quotas, idempotency, the
+        # jobs_api role that may insert jobs); every replica runs one and they share due rows.
+        runner = ScheduleRunner(
+            db, submissions, admission, poll_seconds=settings.scheduler_poll_seconds, metrics=metrics.schedules
+        )
+        background.append(asyncio.create_task(runner.run()))
     log.info(
         "API serving on %s (%s)%s",
         settings.listen,

@@ -12,6 +12,7 @@ from api_service.transport_security import ServerTlsFiles
 from api_service.usecases.admission import TenantLimits
 from api_service.usecases.job_watch import STREAMS_MAX_DEFAULT
 from api_service.usecases.kind_catalog import MAX_STALENESS_SECONDS_DEFAULT as KIND_CACHE_SECONDS_DEFAULT
+from api_service.usecases.schedule_runner import POLL_SECONDS_DEFAULT as SCHEDULER_POLL_SECONDS_DEFAULT
 from shared.domain.submission_rules import (
     DEDUPE_WINDOW_SECONDS_DEFAULT,
     PAYLOAD_LIMIT_BYTES_DEFAULT,
@@ -70,6 +71,10 @@ class ApiSettings:
     max_connection_age_seconds: float
     max_watch_streams: int
     tenant_limits: TenantLimits
+    # The scheduler loop that fires schedules (every replica runs one unless turned off), and how often
+    # it looks for due fires when none were due.
+    scheduler_enabled: bool
+    scheduler_poll_seconds: float
 
     @property
     def grpc_max_message_bytes(self) -> int:
@@ -127,6 +132,10 @@ class ApiSettings:
             ),
             max_watch_streams=env_int(env, "JOBS_MAX_WATCH_STREAMS", STREAMS_MAX_DEFAULT, minimum=0),
             tenant_limits=_tenant_limits(env),
+            scheduler_enabled=env_str(env, "JOBS_SCHEDULER_ENABLED", "true").lower() not in ("0", "false", "no"),
+            scheduler_poll_seconds=env_float(
+                env, "JOBS_SCHEDULER_POLL_SECONDS", SCHEDULER_POLL_SECONDS_DEFAULT, minimum=0.05
+            ),
         )
 
 

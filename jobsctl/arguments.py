@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import BinaryIO
+from typing import BinaryIO, TypeAlias
 
 from google.protobuf import timestamp_pb2
 
@@ -17,6 +17,7 @@ from jobsctl.rendering import parse_state, state_choices
 
 # argparse's own type for what add_subparsers() returns (a string: private classes are not generic at
 # run time).
+_SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 TARGET_DEFAULT = "127.0.0.1:50051"
 TIMEOUT_SECONDS_DEFAULT = 30.0
@@ -73,6 +74,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     _add_list(command)
     _add_lifecycle(command)
     _add_resources_and_sets(command, after_command)
+    _add_schedules(command, after_command)
     # Imported here: admin_arguments builds on this module's parsers of times and labels.
     from jobsctl.admin_arguments import add_admin_commands
 
@@ -210,6 +212,65 @@ def _add_resources_and_sets(
         help="the set of the key's latest version with its results, only once complete (exit 4 until then)",
     )
     latest.add_argument("resource_key", metavar="RESOURCE_KEY")
+
+
+def _add_schedules(command: Callable[..., argparse.ArgumentParser], after_command: argparse.ArgumentParser) -> None:
+    schedules = command(
+        "schedules",
+        help="recurring submissions: create, get, list, pause, resume, trigger, delete",
+        description="A schedule submits its job at the times of a cron expression in a time zone, one job per "
+        'fire time however many API replicas run (docs/LIFECYCLE.md, "Schedules").',
+    )
+    subparsers = schedules.add_subparsers(dest="schedules_command", required=True, metavar="ACTION")
+    actions = _ScheduleActions(subparsers, after_command)
+    create = actions.add_parser("create", help="create a schedule; prints it")
+    create.add_argument("schedule_id", metavar="SCHEDULE_ID", help="your name for it, e.g. nightly-report")
+    create.add_argument("--cron", required=True, help="5 fields, or 6 with seconds last; e.g. '0 3 * * *'")
+    create.add_argument("--time-zone", default="UTC", metavar="ZONE", help="IANA zone, e.g. Europe/Berlin")
+    create.add_argument("--kind", required=True, metavar="KIND", help="the job kind each fire submits")
+    payload = create.add_mutually_exclusive_group()
+    payload.add_argument("--payload", metavar="TEXT", help="payload as UTF-8 text; '-' reads stdin")
+    payload.add_argument("--payload-file", metavar="PATH", help="payload from a file; '-' reads stdin")
+    create.add_argument("--priority", type=int, default=0, metavar="N")
+    create.add_argument("--max-attempts", type=int, default=0, metavar="N", help="0 means the kind's default")
+    create.add_argument("--label", action="append", default=[], metavar="K=V", help="repeatable")
+    create.add_argument(
+        "--overlap",
+        choices=["skip", "buffer-one", "allow"],
+        default="skip",
+        help="while the previous fire's job has not ended (default skip)",
+    )
+    create.add_argument(
+        "--catch-up-window",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="after downtime, fires older than this are missed, never run (default 60)",
+    )
+    create.add_argument("--paused", action="store_true", help="create it paused")
+    create.add_argument("--note", default="")
+    actions.add_parser("list", help="the tenant's schedules")
+    for name, text in (
+        ("get", "show a schedule"),
+        ("trigger", "submit its job now (paused or not); prints the job id"),
+        ("delete", "delete it; the jobs it submitted stay"),
+    ):
+        actions.add_parser(name, help=text).add_argument("schedule_id", metavar="SCHEDULE_ID")
+    for name, text in (("pause", "stop its cron fires"), ("resume", "fire again from the next cron time")):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("schedule_id", metavar="SCHEDULE_ID")
+        action.add_argument("--note", default="", help="kept with the schedule")
+
+
+class _ScheduleActions:
+    """The schedules' actions, each taking the global options after it too."""
+
+    def __init__(self, subparsers: _SubParsers, after_command: argparse.ArgumentParser) -> None:
+        self._subparsers = subparsers
+        self._after_command = after_command
+
+    def add_parser(self, name: str, *, help: str) -> argparse.ArgumentParser:
+        return self._subparsers.add_parser(name, help=help, parents=[self._after_command])
 
 
 def _add_submit(command: Callable[..., argparse.ArgumentParser]) -> None:

@@ -11,6 +11,7 @@ from jobs.v1 import admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 from jobsctl.arguments import list_request, submit_request
 from jobsctl.rendering import events_table, job_text, jobs_table, message_json, state_name
 from jobsctl.rpc_errors import EXIT_OK
+from jobsctl.schedules import run_schedules
 from jobsctl.submit_batch import run_submit_batch
 from jobsctl.watch import EXIT_BY_SETTLED_STATE, follow, run_watch
 
@@ -167,4 +168,5 @@ COMMANDS = {
     "cancel": run_cancel,
     "retry": run_retry,
     "events": run_events,
+    "schedules": run_schedules,
 }

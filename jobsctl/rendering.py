@@ -107,7 +107,7 @@ def jobs_table(jobs: list[jobs_pb2.Job]) -> str:
         )
         for job in jobs
     ]
-    return _table(rows)
+    return table(rows)
 
 
 # The states a failed attempt leads to: only there is last_error the reason for the line.
@@ -176,7 +176,7 @@ def events_table(events: list[jobs_pb2.JobEvent]) -> str:
         )
         for event in events
     ]
-    return "\n".join([_table(rows), *_attempt_errors(events)])
+    return "\n".join([table(rows), *_attempt_errors(events)])
 
 
 def _attempt_errors(events: list[jobs_pb2.JobEvent]) -> list[str]:

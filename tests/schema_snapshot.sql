@@ -634,6 +634,49 @@ CREATE TABLE public.resource_heads (
     CONSTRAINT resource_heads_deleted_version_check CHECK ((deleted_version >= 0))
 );
 
+CREATE TABLE public.schedule_fires (
+    schedule_uid uuid NOT NULL,
+    fire_at timestamp with time zone NOT NULL,
+    manual boolean DEFAULT false NOT NULL,
+    tenant text NOT NULL,
+    outcome text NOT NULL,
+    job_id uuid,
+    detail text DEFAULT ''::text NOT NULL,
+    recorded_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT schedule_fires_outcome_check CHECK ((outcome = ANY (ARRAY['submitted'::text, 'skipped'::text, 'missed'::text, 'buffered'::text, 'refused'::text])))
+);
+
+CREATE TABLE public.schedules (
+    tenant text NOT NULL,
+    schedule_id text NOT NULL,
+    schedule_uid uuid DEFAULT gen_random_uuid() NOT NULL,
+    cron text NOT NULL,
+    time_zone text NOT NULL,
+    overlap_policy text NOT NULL,
+    catchup_window_seconds bigint NOT NULL,
+    kind text NOT NULL,
+    payload bytea DEFAULT '\x'::bytea NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 0 NOT NULL,
+    labels jsonb DEFAULT '{}'::jsonb NOT NULL,
+    paused boolean DEFAULT false NOT NULL,
+    note text DEFAULT ''::text NOT NULL,
+    next_fire_at timestamp with time zone NOT NULL,
+    buffered_fire_at timestamp with time zone,
+    last_fire_at timestamp with time zone,
+    last_job_id uuid,
+    fires_submitted bigint DEFAULT 0 NOT NULL,
+    fires_missed bigint DEFAULT 0 NOT NULL,
+    fires_skipped bigint DEFAULT 0 NOT NULL,
+    last_error text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    created_by text NOT NULL,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT schedules_catchup_window_seconds_check CHECK ((catchup_window_seconds > 0)),
+    CONSTRAINT schedules_overlap_policy_check CHECK ((overlap_policy = ANY (ARRAY['skip'::text, 'buffer_one'::text, 'allow'::text]))),
+    CONSTRAINT schedules_schedule_id_check CHECK (((length(schedule_id) >= 1) AND (length(schedule_id) <= 128)))
+);
+
 CREATE TABLE public.schema_migrations (
     version integer NOT NULL,
     name text NOT NULL,
@@ -708,6 +751,15 @@ ALTER TABLE ONLY public.resource_deletions
 ALTER TABLE ONLY public.resource_heads
     ADD CONSTRAINT resource_heads_pkey PRIMARY KEY (tenant, resource_key);
 
+ALTER TABLE ONLY public.schedule_fires
+    ADD CONSTRAINT schedule_fires_pkey PRIMARY KEY (schedule_uid, fire_at, manual);
+
+ALTER TABLE ONLY public.schedules
+    ADD CONSTRAINT schedules_pkey PRIMARY KEY (tenant, schedule_id);
+
+ALTER TABLE ONLY public.schedules
+    ADD CONSTRAINT schedules_schedule_uid_key UNIQUE (schedule_uid);
+
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
 
@@ -746,6 +798,10 @@ CREATE INDEX jobs_waiting_deadline_idx ON public.jobs USING btree (deadline) WHE
 
 CREATE INDEX resource_deletions_key_idx ON public.resource_deletions USING btree (tenant, resource_key, deleted_at);
 
+CREATE INDEX schedules_buffered_idx ON public.schedules USING btree (buffered_fire_at) WHERE (buffered_fire_at IS NOT NULL);
+
+CREATE INDEX schedules_due_idx ON public.schedules USING btree (next_fire_at) WHERE (NOT paused);
+
 CREATE TRIGGER jobs_bump_sequence BEFORE UPDATE ON public.jobs FOR EACH ROW EXECUTE FUNCTION public.jobs_bump_sequence();
 
 CREATE TRIGGER jobs_notify_runnable_insert AFTER INSERT ON public.jobs FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_notify_runnable();
@@ -778,6 +834,9 @@ ALTER TABLE ONLY public.job_progress
 
 ALTER TABLE ONLY public.job_receipts
     ADD CONSTRAINT job_receipts_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.schedule_fires
+    ADD CONSTRAINT schedule_fires_schedule_uid_fkey FOREIGN KEY (schedule_uid) REFERENCES public.schedules(schedule_uid) ON DELETE CASCADE;
 
 ALTER TABLE public.delivery_set_members ENABLE ROW LEVEL SECURITY;
 
@@ -856,6 +915,14 @@ CREATE POLICY resource_deletions_api_tenant ON public.resource_deletions TO jobs
 ALTER TABLE public.resource_heads ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY resource_heads_api_tenant ON public.resource_heads TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
+
+ALTER TABLE public.schedule_fires ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY schedule_fires_api_tenant ON public.schedule_fires TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
+
+ALTER TABLE public.schedules ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY schedules_api_tenant ON public.schedules TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
 
 GRANT USAGE ON SCHEMA public TO jobs_api;
 GRANT USAGE ON SCHEMA public TO jobs_worker;
@@ -937,6 +1004,10 @@ GRANT SELECT ON TABLE public.kind_pauses TO jobs_worker;
 GRANT SELECT,INSERT ON TABLE public.resource_deletions TO jobs_api;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.resource_heads TO jobs_api;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.schedule_fires TO jobs_api;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.schedules TO jobs_api;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.tenant_weights TO jobs_api;
 GRANT SELECT ON TABLE public.tenant_weights TO jobs_worker;

@@ -12,6 +12,7 @@ _migrations = load_sql_blocks("migrations.sql")
 _kinds = load_sql_blocks("kinds.sql")
 _admin = load_sql_blocks("admin.sql")
 _scheduling = load_sql_blocks("scheduling.sql")
+_schedules = load_sql_blocks("schedules.sql")
 
 JOB_INSERT = _jobs.pop("job_insert")
 JOB_INSERT_MANY = _jobs.pop("job_insert_many")
@@ -84,6 +85,16 @@ JOB_SET_LIMIT_KEYS = _scheduling.pop("job_set_limit_keys")
 KEY_HOLD = _scheduling.pop("key_hold")
 JOB_HOLD_PUSHED_KEY = _scheduling.pop("job_hold_pushed_key")
 JOB_WAITING_REASON = _scheduling.pop("job_waiting_reason")
+SCHEDULE_INSERT = _schedules.pop("schedule_insert")
+SCHEDULE_GET = _schedules.pop("schedule_get")
+SCHEDULE_LOCK = _schedules.pop("schedule_lock")
+SCHEDULE_LIST = _schedules.pop("schedule_list")
+SCHEDULE_SET_PAUSED = _schedules.pop("schedule_set_paused")
+SCHEDULE_DELETE = _schedules.pop("schedule_delete")
+SCHEDULE_CLAIM_DUE = _schedules.pop("schedule_claim_due")
+SCHEDULE_CLOCK = _schedules.pop("schedule_clock")
+SCHEDULE_RECORD_STEP = _schedules.pop("schedule_record_step")
+SCHEDULE_FIRE_RECORD = _schedules.pop("schedule_fire_record")
 
 MIGRATION_LOCK = _migrations.pop("migration_lock")
 MIGRATION_UNLOCK = _migrations.pop("migration_unlock")
@@ -122,6 +133,7 @@ _unused = sorted(
         _scheduling,
         _resources,
         _delivery_sets,
+        _schedules,
     )
     for name in blocks
 )

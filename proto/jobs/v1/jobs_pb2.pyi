@@ -46,6 +46,13 @@ class DeliverySetState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DELIVERY_SET_STATE_SUPERSEDED: _ClassVar[DeliverySetState]
     DELIVERY_SET_STATE_DELETED: _ClassVar[DeliverySetState]
     DELIVERY_SET_STATE_EXPIRED: _ClassVar[DeliverySetState]
+
+class ScheduleOverlapPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCHEDULE_OVERLAP_POLICY_UNSPECIFIED: _ClassVar[ScheduleOverlapPolicy]
+    SCHEDULE_OVERLAP_POLICY_SKIP: _ClassVar[ScheduleOverlapPolicy]
+    SCHEDULE_OVERLAP_POLICY_BUFFER_ONE: _ClassVar[ScheduleOverlapPolicy]
+    SCHEDULE_OVERLAP_POLICY_ALLOW: _ClassVar[ScheduleOverlapPolicy]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_BLOCKED: JobState
@@ -71,6 +78,10 @@ DELIVERY_SET_STATE_WAITING_FOR_RETRY: DeliverySetState
 DELIVERY_SET_STATE_SUPERSEDED: DeliverySetState
 DELIVERY_SET_STATE_DELETED: DeliverySetState
 DELIVERY_SET_STATE_EXPIRED: DeliverySetState
+SCHEDULE_OVERLAP_POLICY_UNSPECIFIED: ScheduleOverlapPolicy
+SCHEDULE_OVERLAP_POLICY_SKIP: ScheduleOverlapPolicy
+SCHEDULE_OVERLAP_POLICY_BUFFER_ONE: ScheduleOverlapPolicy
+SCHEDULE_OVERLAP_POLICY_ALLOW: ScheduleOverlapPolicy
 
 class JobError(_message.Message):
     __slots__ = ("category", "message", "traceback")
@@ -468,3 +479,123 @@ class GetLatestDeliverySetRequest(_message.Message):
     RESOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
     resource_key: str
     def __init__(self, resource_key: _Optional[str] = ...) -> None: ...
+
+class CreateScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id", "job", "cron", "time_zone", "overlap_policy", "catchup_window_seconds", "paused", "note")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
+    CATCHUP_WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    job: SubmitJobRequest
+    cron: str
+    time_zone: str
+    overlap_policy: ScheduleOverlapPolicy
+    catchup_window_seconds: int
+    paused: bool
+    note: str
+    def __init__(self, schedule_id: _Optional[str] = ..., job: _Optional[_Union[SubmitJobRequest, _Mapping]] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., overlap_policy: _Optional[_Union[ScheduleOverlapPolicy, str]] = ..., catchup_window_seconds: _Optional[int] = ..., paused: _Optional[bool] = ..., note: _Optional[str] = ...) -> None: ...
+
+class Schedule(_message.Message):
+    __slots__ = ("schedule_id", "job", "cron", "time_zone", "overlap_policy", "catchup_window_seconds", "paused", "note", "next_fire_at", "buffered_fire_at", "last_fire_at", "last_job_id", "fires_submitted", "fires_missed", "fires_skipped", "last_error", "created_at")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    TIME_ZONE_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
+    CATCHUP_WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIRE_AT_FIELD_NUMBER: _ClassVar[int]
+    BUFFERED_FIRE_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIRE_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRES_SUBMITTED_FIELD_NUMBER: _ClassVar[int]
+    FIRES_MISSED_FIELD_NUMBER: _ClassVar[int]
+    FIRES_SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    job: SubmitJobRequest
+    cron: str
+    time_zone: str
+    overlap_policy: ScheduleOverlapPolicy
+    catchup_window_seconds: int
+    paused: bool
+    note: str
+    next_fire_at: _timestamp_pb2.Timestamp
+    buffered_fire_at: _timestamp_pb2.Timestamp
+    last_fire_at: _timestamp_pb2.Timestamp
+    last_job_id: str
+    fires_submitted: int
+    fires_missed: int
+    fires_skipped: int
+    last_error: str
+    created_at: _timestamp_pb2.Timestamp
+    def __init__(self, schedule_id: _Optional[str] = ..., job: _Optional[_Union[SubmitJobRequest, _Mapping]] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., overlap_policy: _Optional[_Union[ScheduleOverlapPolicy, str]] = ..., catchup_window_seconds: _Optional[int] = ..., paused: _Optional[bool] = ..., note: _Optional[str] = ..., next_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., buffered_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_job_id: _Optional[str] = ..., fires_submitted: _Optional[int] = ..., fires_missed: _Optional[int] = ..., fires_skipped: _Optional[int] = ..., last_error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class GetScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id",)
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    def __init__(self, schedule_id: _Optional[str] = ...) -> None: ...
+
+class ListSchedulesRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListSchedulesResponse(_message.Message):
+    __slots__ = ("schedules", "next_page_token")
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    schedules: _containers.RepeatedCompositeFieldContainer[Schedule]
+    next_page_token: str
+    def __init__(self, schedules: _Optional[_Iterable[_Union[Schedule, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class PauseScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id", "note")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    note: str
+    def __init__(self, schedule_id: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class ResumeScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id", "note")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    note: str
+    def __init__(self, schedule_id: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class TriggerScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id",)
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    def __init__(self, schedule_id: _Optional[str] = ...) -> None: ...
+
+class TriggerScheduleResponse(_message.Message):
+    __slots__ = ("schedule", "job")
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    schedule: Schedule
+    job: Job
+    def __init__(self, schedule: _Optional[_Union[Schedule, _Mapping]] = ..., job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class DeleteScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id",)
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    def __init__(self, schedule_id: _Optional[str] = ...) -> None: ...
+
+class DeleteScheduleResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

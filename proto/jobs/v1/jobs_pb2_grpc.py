@@ -107,6 +107,41 @@ class JobServiceStub:
                 request_serializer=jobs_dot_v1_dot_jobs__pb2.GetLatestDeliverySetRequest.SerializeToString,
                 response_deserializer=jobs_dot_v1_dot_jobs__pb2.DeliverySet.FromString,
                 _registered_method=True)
+        self.CreateSchedule = channel.unary_unary(
+                '/jobs.v1.JobService/CreateSchedule',
+                request_serializer=jobs_dot_v1_dot_jobs__pb2.CreateScheduleRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_jobs__pb2.Schedule.FromString,
+                _registered_method=True)
+        self.GetSchedule = channel.unary_unary(
+                '/jobs.v1.JobService/GetSchedule',
+                request_serializer=jobs_dot_v1_dot_jobs__pb2.GetScheduleRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_jobs__pb2.Schedule.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/jobs.v1.JobService/ListSchedules',
+                request_serializer=jobs_dot_v1_dot_jobs__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_jobs__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.PauseSchedule = channel.unary_unary(
+                '/jobs.v1.JobService/PauseSchedule',
+                request_serializer=jobs_dot_v1_dot_jobs__pb2.PauseScheduleRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_jobs__pb2.Schedule.FromString,
+                _registered_method=True)
+        self.ResumeSchedule = channel.unary_unary(
+                '/jobs.v1.JobService/ResumeSchedule',
+                request_serializer=jobs_dot_v1_dot_jobs__pb2.ResumeScheduleRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_jobs__pb2.Schedule.FromString,
+                _registered_method=True)
+        self.TriggerSchedule = channel.unary_unary(
+                '/jobs.v1.JobService/TriggerSchedule',
+                request_serializer=jobs_dot_v1_dot_jobs__pb2.TriggerScheduleRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_jobs__pb2.TriggerScheduleResponse.FromString,
+                _registered_method=True)
+        self.DeleteSchedule = channel.unary_unary(
+                '/jobs.v1.JobService/DeleteSchedule',
+                request_serializer=jobs_dot_v1_dot_jobs__pb2.DeleteScheduleRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_jobs__pb2.DeleteScheduleResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -228,6 +263,60 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSchedule(self, request, context):
+        """Schedules: durable recurring submissions of a job template, fired by the API replicas (no
+        leader; one job per schedule and fire time however many replicas run). A fire submits through the
+        same rules as SubmitJob (kinds, quotas, idempotency); its job's idempotency_key is derived from the
+        schedule and the fire time. Another tenant's schedule and a missing one are both NOT_FOUND.
+        An id the tenant already uses: ALREADY_EXISTS (reason SCHEDULE_EXISTS). A bad cron expression,
+        an unknown time zone or kind: INVALID_ARGUMENT naming the field.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSchedule(self, request, context):
+        """The schedule with its next fire time and counters.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """This tenant's schedules in id order, paginated with page_token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSchedule(self, request, context):
+        """No cron time fires while paused; TriggerSchedule still does.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeSchedule(self, request, context):
+        """Fires again from the next cron time after now: times that passed while paused are not caught up.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TriggerSchedule(self, request, context):
+        """Submits the template now, paused or not, whatever the overlap policy; the cron times stay.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """Deletes the schedule and its fire records; the jobs it submitted stay.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -300,6 +389,41 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.GetLatestDeliverySet,
                     request_deserializer=jobs_dot_v1_dot_jobs__pb2.GetLatestDeliverySetRequest.FromString,
                     response_serializer=jobs_dot_v1_dot_jobs__pb2.DeliverySet.SerializeToString,
+            ),
+            'CreateSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSchedule,
+                    request_deserializer=jobs_dot_v1_dot_jobs__pb2.CreateScheduleRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_jobs__pb2.Schedule.SerializeToString,
+            ),
+            'GetSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSchedule,
+                    request_deserializer=jobs_dot_v1_dot_jobs__pb2.GetScheduleRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_jobs__pb2.Schedule.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=jobs_dot_v1_dot_jobs__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_jobs__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'PauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSchedule,
+                    request_deserializer=jobs_dot_v1_dot_jobs__pb2.PauseScheduleRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_jobs__pb2.Schedule.SerializeToString,
+            ),
+            'ResumeSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeSchedule,
+                    request_deserializer=jobs_dot_v1_dot_jobs__pb2.ResumeScheduleRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_jobs__pb2.Schedule.SerializeToString,
+            ),
+            'TriggerSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.TriggerSchedule,
+                    request_deserializer=jobs_dot_v1_dot_jobs__pb2.TriggerScheduleRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_jobs__pb2.TriggerScheduleResponse.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=jobs_dot_v1_dot_jobs__pb2.DeleteScheduleRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_jobs__pb2.DeleteScheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -683,6 +807,195 @@ class JobService:
             '/jobs.v1.JobService/GetLatestDeliverySet',
             jobs_dot_v1_dot_jobs__pb2.GetLatestDeliverySetRequest.SerializeToString,
             jobs_dot_v1_dot_jobs__pb2.DeliverySet.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.JobService/CreateSchedule',
+            jobs_dot_v1_dot_jobs__pb2.CreateScheduleRequest.SerializeToString,
+            jobs_dot_v1_dot_jobs__pb2.Schedule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.JobService/GetSchedule',
+            jobs_dot_v1_dot_jobs__pb2.GetScheduleRequest.SerializeToString,
+            jobs_dot_v1_dot_jobs__pb2.Schedule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.JobService/ListSchedules',
+            jobs_dot_v1_dot_jobs__pb2.ListSchedulesRequest.SerializeToString,
+            jobs_dot_v1_dot_jobs__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.JobService/PauseSchedule',
+            jobs_dot_v1_dot_jobs__pb2.PauseScheduleRequest.SerializeToString,
+            jobs_dot_v1_dot_jobs__pb2.Schedule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.JobService/ResumeSchedule',
+            jobs_dot_v1_dot_jobs__pb2.ResumeScheduleRequest.SerializeToString,
+            jobs_dot_v1_dot_jobs__pb2.Schedule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TriggerSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.JobService/TriggerSchedule',
+            jobs_dot_v1_dot_jobs__pb2.TriggerScheduleRequest.SerializeToString,
+            jobs_dot_v1_dot_jobs__pb2.TriggerScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.JobService/DeleteSchedule',
+            jobs_dot_v1_dot_jobs__pb2.DeleteScheduleRequest.SerializeToString,
+            jobs_dot_v1_dot_jobs__pb2.DeleteScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,
