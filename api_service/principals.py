@@ -16,6 +16,10 @@ from shared.env_settings import SettingsError
 class Role(StrEnum):
     TENANT = "tenant"
     WORKER = "worker"
+    # An operator: AdminService only, across tenants, every change recorded with its name.
+    ADMIN = "admin"
+    # An operator's console or an auditor: AdminService's reads only.
+    ADMIN_READONLY = "admin-readonly"
 
 
 @dataclass(frozen=True)
@@ -23,7 +27,7 @@ class Principal:
     role: Role
     # Set for tenant callers only; every JobService call is scoped to it.
     tenant: TenantId | None
-    # For the job history: "tenant:acme" or "worker:<name>".
+    # For the job history: "tenant:acme", "worker:<name>" or "admin:<name>".
     name: str
 
 
@@ -50,6 +54,15 @@ class PrincipalDirectory:
     def authenticate(self, token: str) -> Principal | None:
         """Compares the token's hash with every entry in constant time, so timing reveals nothing."""
         digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        found = None
+        for entry in self._entries:
+            if hmac.compare_digest(entry.digest, digest):
+                found = entry.principal
+        return found
+
+    def by_digest(self, digest: bytes) -> Principal | None:
+        """The principal whose token hashes to `digest`: a console session keeps only the digest, and
+        asks again on every request, so a token removed from the file ends its sessions at the reload."""
         found = None
         for entry in self._entries:
             if hmac.compare_digest(entry.digest, digest):
@@ -88,4 +101,10 @@ def _parse_entry(index: int, raw: dict[str, object]) -> _Entry:
         return _Entry(digest, Principal(Role.WORKER, None, f"worker:{name}"))
     if role == Role.TENANT and isinstance(tenant, str) and tenant:
         return _Entry(digest, Principal(Role.TENANT, TenantId(tenant), f"tenant:{tenant}"))
-    raise SettingsError(f'{where}: needs either tenant = "<name>" or role = "worker"')
+    if role in (Role.ADMIN, Role.ADMIN_READONLY) and not tenant:
+        # The name is what job histories and admin_actions record as "who": one per person or console.
+        name = str(raw.get("name", "operator"))
+        return _Entry(digest, Principal(Role(str(role)), None, f"admin:{name}"))
+    raise SettingsError(
+        f'{where}: needs either tenant = "<name>" or role = "worker", "admin" or "admin-readonly" (without a tenant)'
+    )

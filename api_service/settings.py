@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from api_service.console.settings import ConsoleSettings
 from api_service.queue_gauges import FAILED_WINDOW_SECONDS_DEFAULT, REFRESH_SECONDS_DEFAULT
 from api_service.result_cache import ResultCacheLimits
 from api_service.transport_security import ServerTlsFiles
@@ -70,6 +71,8 @@ class ApiSettings:
     max_connection_age_seconds: float
     max_watch_streams: int
     tenant_limits: TenantLimits
+    # The operator console's HTTP listener (JOBS_CONSOLE_LISTEN); None: no console.
+    console: ConsoleSettings | None = None
 
     @property
     def grpc_max_message_bytes(self) -> int:
@@ -127,6 +130,7 @@ class ApiSettings:
             ),
             max_watch_streams=env_int(env, "JOBS_MAX_WATCH_STREAMS", STREAMS_MAX_DEFAULT, minimum=0),
             tenant_limits=_tenant_limits(env),
+            console=ConsoleSettings.from_env(env),
         )
 
 

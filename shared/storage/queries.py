@@ -10,6 +10,7 @@ _metrics = load_sql_blocks("metrics.sql")
 _session = load_sql_blocks("session.sql")
 _migrations = load_sql_blocks("migrations.sql")
 _kinds = load_sql_blocks("kinds.sql")
+_operator = load_sql_blocks("operator.sql")
 
 JOB_INSERT = _jobs.pop("job_insert")
 JOB_INSERT_MANY = _jobs.pop("job_insert_many")
@@ -64,6 +65,11 @@ KIND_POLICY_CONFLICTS = _kinds.pop("kind_policy_conflicts")
 KIND_PUBLISHERS_FORGET = _kinds.pop("kind_publishers_forget")
 KIND_RETIRE = _kinds.pop("kind_retire")
 
+OPERATOR_QUEUE_OVERVIEW = _operator.pop("operator_queue_overview")
+OPERATOR_JOB_SEARCH = _operator.pop("operator_job_search")
+OPERATOR_JOB_GET = _operator.pop("operator_job_get")
+OPERATOR_JOB_RELATIVES = _operator.pop("operator_job_relatives")
+
 MIGRATION_LOCK = _migrations.pop("migration_lock")
 MIGRATION_UNLOCK = _migrations.pop("migration_unlock")
 MIGRATION_TABLE_CREATE = _migrations.pop("migration_table_create")
@@ -71,7 +77,9 @@ MIGRATION_APPLIED_VERSIONS = _migrations.pop("migration_applied_versions")
 MIGRATION_RECORD = _migrations.pop("migration_record")
 
 _unused = sorted(
-    name for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations, _kinds) for name in blocks
+    name
+    for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations, _kinds, _operator)
+    for name in blocks
 )
 if _unused:
     raise RuntimeError(f"SQL blocks without a constant: {_unused}")

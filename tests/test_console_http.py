@@ -1,0 +1,133 @@
+"""The operator console's security over plain HTTP, against the real API process: who may sign in, the
+cookies, the CSRF token on every action, the Content-Security-Policy, and escaping of what tenants wrote."""
+
+from __future__ import annotations
+
+import urllib.parse
+
+import grpc
+import pytest
+
+from jobs.v1 import jobs_pb2
+from tests.console_client import ADMIN_TOKEN, READONLY_ADMIN_TOKEN, ConsoleClient, start_with_console
+from tests.process_fixtures import WORKER_TOKEN, ServiceStack, tenant_token
+
+pytestmark = pytest.mark.e2e
+XSS = '<script>alert("xss")</script><img src=x onerror=alert(1)>'
+
+
+@pytest.fixture
+def console(service_stack: ServiceStack) -> str:
+    return start_with_console(service_stack)
+
+
+def signed_in(base_url: str, token: str = ADMIN_TOKEN) -> ConsoleClient:
+    client = ConsoleClient(base_url)
+    answer = client.sign_in(token)
+    assert answer.status == 303, answer.body
+    return client
+
+
+def test_pages_need_a_session(console: str) -> None:
+    client = ConsoleClient(console)
+    for path in ("/queues", "/jobs", "/jobs/00000000-0000-0000-0000-000000000000", "/queues/live"):
+        answer = client.get(path)
+        assert answer.status == 303 and answer.header("Location") == "/signin", path
+    assert client.get("/queues/live", HX_Request="true").header("HX-Redirect") == "/signin"
+
+
+@pytest.mark.parametrize("token", [tenant_token("acme"), WORKER_TOKEN, "not-a-token"])
+def test_only_operator_tokens_sign_in(console: str, token: str) -> None:
+    client = ConsoleClient(console)
+    answer = client.sign_in(token)
+    assert answer.status == 403
+    assert "jobs_console_session" not in client.cookies
+    assert client.get("/queues").status == 303
+
+
+def test_session_cookie_is_httponly_secure_and_strict(console: str) -> None:
+    client = ConsoleClient(console)
+    answer = client.sign_in(ADMIN_TOKEN)
+    cookie = next(c for c in answer.set_cookies() if c.startswith("jobs_console_session="))
+    attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]}
+    assert {"httponly", "secure", "samesite"} <= attributes
+    assert "samesite=strict" in cookie.lower()
+    assert ADMIN_TOKEN not in cookie
+    assert client.get("/queues").status == 200
+
+
+def test_every_answer_carries_a_strict_content_security_policy(console: str) -> None:
+    client = signed_in(console)
+    for path in ("/signin", "/queues", "/jobs", "/static/console.css"):
+        answer = client.get(path)
+        policy = answer.header("Content-Security-Policy")
+        directives = dict(d.strip().split(" ", 1) for d in policy.split(";"))
+        assert directives["default-src"] == "'none'", path
+        assert directives["script-src"] == "'self'" and directives["style-src"] == "'self'", path
+        assert directives["frame-ancestors"] == "'none'", path
+        assert "unsafe" not in policy, path
+        assert answer.header("X-Content-Type-Options") == "nosniff"
+    page = client.get("/queues").body
+    assert "<script>" not in page and "style=" not in page and " on" + "click" not in page
+
+
+def test_actions_without_the_csrf_token_are_refused(service_stack: ServiceStack, console: str) -> None:
+    job_id = service_stack.tenant("acme").submit("echo", b"x", run_after=None).job.job_id
+    client = signed_in(console)
+    csrf = client.csrf_token(f"/jobs/{job_id}")
+    for form in ({"reason": "no token"}, {"reason": "wrong token", "csrf_token": csrf[:-2] + "xx"}):
+        answer = client.post(f"/jobs/{job_id}/cancel", form)
+        assert answer.status == 403, form
+    assert client.post("/signout", {}).status == 403
+    other_site = client.post(f"/jobs/{job_id}/cancel", {"reason": "r", "csrf_token": csrf}, Origin="http://evil.test")
+    assert other_site.status == 403
+    assert service_stack.tenant("acme").get(job_id).state == jobs_pb2.JOB_STATE_PENDING
+    answer = client.post(f"/jobs/{job_id}/cancel", {"reason": "by the book", "csrf_token": csrf})
+    assert answer.status == 303
+    events = client.get(f"/jobs/{job_id}").body
+    assert "admin:ops-alice" in events and "by the book" in events
+
+
+def test_sign_in_needs_its_own_csrf_cookie(console: str) -> None:
+    client = ConsoleClient(console)
+    assert client.post("/signin", {"token": ADMIN_TOKEN}).status == 403
+    assert client.post("/signin", {"token": ADMIN_TOKEN, "csrf_token": "made-up"}).status == 403
+
+
+def test_a_read_only_operator_sees_but_cannot_act(service_stack: ServiceStack, console: str) -> None:
+    job_id = service_stack.tenant("acme").submit("echo", b"x").job.job_id
+    client = signed_in(console, READONLY_ADMIN_TOKEN)
+    page = client.get(f"/jobs/{job_id}")
+    assert page.status == 200 and "read-only" in page.body and "/cancel" not in page.body
+    csrf = client.csrf_token("/queues")
+    assert client.post(f"/jobs/{job_id}/cancel", {"reason": "r", "csrf_token": csrf}).status == 403
+
+
+def test_what_tenants_wrote_is_rendered_inert(service_stack: ServiceStack, console: str) -> None:
+    acme = service_stack.tenant("acme")
+    job_id = acme.submit(
+        "echo", XSS.encode(), labels={"note": XSS}, resource_key=XSS, resource_version=1, idempotency_key=XSS
+    ).job.job_id
+    client = signed_in(console)
+    searches = [urllib.parse.urlencode(q) for q in ({"label": f"note={XSS}"}, {"kind": XSS}, {"error": XSS})]
+    for path in (f"/jobs/{job_id}", f"/jobs/{job_id}/live", *(f"/jobs?{q}" for q in searches)):
+        body = client.get(path).body
+        assert "<script>alert" not in body and "<img src=x" not in body, path
+    assert "&lt;script&gt;alert(&#34;xss&#34;)&lt;/script&gt;" in client.get(f"/jobs/{job_id}").body
+
+
+def test_an_operator_sees_every_tenant_and_a_tenant_still_only_its_own(
+    service_stack: ServiceStack, console: str
+) -> None:
+    acme_job = service_stack.tenant("acme").submit("echo", b"a").job.job_id
+    globex_job = service_stack.tenant("globex").submit("echo", b"g").job.job_id
+    client = signed_in(console)
+    listing = client.get("/jobs").body
+    assert acme_job[:8] in listing and globex_job[:8] in listing
+    only_globex = client.get("/jobs?tenant=globex").body
+    assert globex_job[:8] in only_globex and acme_job[:8] not in only_globex
+    with pytest.raises(grpc.RpcError) as refused:
+        service_stack.tenant("acme").get(globex_job)
+    assert refused.value.code() is grpc.StatusCode.NOT_FOUND
+    queues = client.get("/queues").body
+    assert ">acme<" in queues and ">globex<" in queues
