@@ -110,7 +110,7 @@ def test_what_tenants_wrote_is_rendered_inert(service_stack: ServiceStack, conso
     ).job.job_id
     client = signed_in(console)
     searches = [urllib.parse.urlencode(q) for q in ({"label": f"note={XSS}"}, {"kind": XSS}, {"error": XSS})]
-    for path in (f"/jobs/{job_id}", f"/jobs/{job_id}/live", *(f"/jobs?{q}" for q in searches)):
+    for path in (f"/jobs/{job_id}", *(f"/jobs?{q}" for q in searches)):
         body = client.get(path).body
         assert "<script>alert" not in body and "<img src=x" not in body, path
     assert "&lt;script&gt;alert(&#34;xss&#34;)&lt;/script&gt;" in client.get(f"/jobs/{job_id}").body
@@ -131,3 +131,14 @@ def test_an_operator_sees_every_tenant_and_a_tenant_still_only_its_own(
     assert refused.value.code() is grpc.StatusCode.NOT_FOUND
     queues = client.get("/queues").body
     assert ">acme<" in queues and ">globex<" in queues
+
+
+def test_a_job_page_is_told_to_refresh_only_when_its_job_changed(service_stack: ServiceStack, console: str) -> None:
+    job = service_stack.tenant("acme").submit("echo", b"x").job
+    client = signed_in(console)
+    unchanged = client.get(f"/jobs/{job.job_id}/live?sequence={job.sequence}", HX_Request="true")
+    assert unchanged.status == 204 and not unchanged.header("HX-Refresh")
+    csrf = client.csrf_token(f"/jobs/{job.job_id}")
+    assert client.post(f"/jobs/{job.job_id}/cancel", {"reason": "stop", "csrf_token": csrf}).status == 303
+    changed = client.get(f"/jobs/{job.job_id}/live?sequence={job.sequence}", HX_Request="true")
+    assert changed.header("HX-Refresh") == "true"

@@ -140,10 +140,12 @@ class ConsolePages:
         return self.page(request, "job.html", detail=detail, retryable=RETRYABLE)
 
     async def job_live(self, request: web.Request) -> web.StreamResponse:
+        """Polled by the job page with the sequence it shows: nothing (204) while the job is unchanged,
+        else a refresh of the whole page, so that its actions and result are never stale either."""
         detail = await self._reads.job(JobId(request.match_info["job_id"]))
-        return render(
-            self._templates, "job_live.html", detail=detail, operator=operator_of(request), retryable=RETRYABLE
-        )
+        if request.query.get("sequence") == str(detail.job.sequence):
+            return web.Response(status=204)
+        return web.Response(status=200, headers={"HX-Refresh": "true"})
 
     async def cancel(self, request: web.Request) -> web.StreamResponse:
         operator, job_id, reason = await self._action_input(request)

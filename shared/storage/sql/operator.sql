@@ -62,9 +62,9 @@ WHERE (cardinality(%(states)s::job_state[]) = 0 OR j.state = ANY (%(states)s::jo
   AND (%(created_to)s::timestamptz IS NULL OR j.created_at < %(created_to)s::timestamptz)
   AND (%(error_pattern)s::text IS NULL
        OR j.last_error_message ILIKE %(error_pattern)s::text
-       OR EXISTS (SELECT 1 FROM job_attempt_errors AS a
-                  WHERE a.job_id = j.job_id
-                    AND (a.message ILIKE %(error_pattern)s::text OR a.traceback ILIKE %(error_pattern)s::text)))
+       -- A set read once (a hashed subplan), not a probe of the errors per job.
+       OR j.job_id IN (SELECT a.job_id FROM job_attempt_errors AS a
+                       WHERE a.message ILIKE %(error_pattern)s::text OR a.traceback ILIKE %(error_pattern)s::text))
   AND (%(after_created_at)s::timestamptz IS NULL
        OR (j.created_at, j.job_id) < (%(after_created_at)s::timestamptz, %(after_job_id)s::uuid))
 ORDER BY j.created_at DESC, j.job_id DESC
