@@ -49,7 +49,8 @@ FROM generate_series(1, %(jobs)s) AS i,
 INSERT_ERRORS = """
 INSERT INTO job_attempt_errors (job_id, tenant, attempt, fencing_token, category, message, traceback)
 SELECT job_id, tenant, 1, 1, 'retryable', last_error_message,
-       E'Traceback (most recent call last):\\n  File "handlers.py", line 12, in run\\nTimeoutError: ' || last_error_message
+       E'Traceback (most recent call last):\\n  File "handlers.py", line 12, in run\\n'
+       || 'TimeoutError: ' || last_error_message
 FROM jobs WHERE state IN ('failed', 'retry_wait')
 """
 
