@@ -63,6 +63,11 @@ def _datetime(message: Message, field: str, prefix: str = "") -> datetime | None
         raise InvalidArgument(FieldViolation(f"{prefix}{field}", "is not a valid timestamp")) from None
 
 
+# For the other services' conversion modules.
+timestamp_to_proto = _timestamp
+datetime_from_proto = _datetime
+
+
 def duration_seconds(duration: duration_pb2.Duration) -> float:
     """Never raises: a Duration outside timedelta's range is still a number, which the use-case bounds."""
     return duration.seconds + duration.nanos / 1e9
@@ -136,14 +141,18 @@ def result_to_proto(result: JobResult) -> jobs_pb2.JobResult:
     )
 
 
-def list_filter_from_proto(request: jobs_pb2.ListJobsRequest) -> ListFilter:
+def states_from_proto(numbers: Iterable[jobs_pb2.JobState], prefix: str = "") -> tuple[JobState, ...]:
     states = []
-    for index, number in enumerate(request.states):
+    for index, number in enumerate(numbers):
         if number not in _STATE_FROM_PROTO:
-            raise InvalidArgument(FieldViolation(f"states[{index}]", "is not a job state"))
+            raise InvalidArgument(FieldViolation(f"{prefix}states[{index}]", "is not a job state"))
         states.append(_STATE_FROM_PROTO[number])
+    return tuple(states)
+
+
+def list_filter_from_proto(request: jobs_pb2.ListJobsRequest) -> ListFilter:
     return ListFilter(
-        states=tuple(states),
+        states=states_from_proto(request.states),
         kind=request.kind or None,
         resource_key=request.resource_key or None,
         labels=dict(request.labels),

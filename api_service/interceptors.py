@@ -20,7 +20,15 @@ from shared.storage.database import call_deadline
 
 log = logging.getLogger(__name__)
 
-_ROLE_BY_SERVICE = {"jobs.v1.JobService": Role.TENANT, "jobs.v1.WorkerService": Role.WORKER}
+_ROLES_BY_SERVICE = {
+    "jobs.v1.JobService": frozenset({Role.TENANT}),
+    "jobs.v1.WorkerService": frozenset({Role.WORKER}),
+    "jobs.v1.AdminService": frozenset({Role.ADMIN, Role.ADMIN_READONLY}),
+}
+# The AdminService methods a read-only operator may call; every other AdminService method changes something.
+ADMIN_READ_METHODS = frozenset(
+    {"ListLimits", "ListTenantWeights", "ListKinds", "SearchJobs", "GetJob", "ListJobEvents"}
+)
 
 # The asyncio server's behaviors are coroutines (unary) and async generators (streams), which the
 # stubs, written for the synchronous server, cannot express: requests and responses stay Any here.
@@ -125,15 +133,17 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         service, method = _split_method(handler_call_details.method)
-        required_role = _ROLE_BY_SERVICE.get(service)
-        if required_role is None:
+        allowed = _ROLES_BY_SERVICE.get(service)
+        if allowed is None:
             return _scoped(handler, _open_call)  # health and reflection are open, for probes and grpcurl
-        principal, refusal = self._authenticate(handler_call_details.invocation_metadata, required_role)
+        if service == "jobs.v1.AdminService" and method not in ADMIN_READ_METHODS:
+            allowed = frozenset({Role.ADMIN})
+        principal, refusal = self._authenticate(handler_call_details.invocation_metadata, service, allowed)
         scope = functools.partial(self._guarded_call, principal=principal, refusal=refusal, labels=(service, method))
         return _scoped(handler, scope)
 
     def _authenticate(
-        self, metadata: tuple[tuple[str, str | bytes], ...] | None, required: Role
+        self, metadata: tuple[tuple[str, str | bytes], ...] | None, service: str, allowed: frozenset[Role]
     ) -> tuple[Principal | None, JobsError | None]:
         token = _bearer_token(metadata)
         if not token:
@@ -141,8 +151,10 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         principal = self._principals().authenticate(token)
         if principal is None:
             return None, Unauthenticated("unknown bearer token")
-        if principal.role is not required:
-            return None, PermissionDenied(f"this credential may not call {required.value} methods")
+        if principal.role not in allowed:
+            return None, PermissionDenied(
+                f"this credential ({principal.role.value}) may not call this {service} method"
+            )
         return principal, None
 
     @asynccontextmanager

@@ -11,6 +11,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
+from api_service.admin_servicer import AdminServicer
 from api_service.console.server import ConsoleServer
 from api_service.health_monitor import HealthMonitor
 from api_service.interceptors import ServiceInterceptor
@@ -23,6 +24,8 @@ from api_service.result_cache import ResultCache
 from api_service.server_reflection import DescriptorFiles, ServerReflection
 from api_service.settings import ApiSettings
 from api_service.transport_security import ReloadableServerCredentials
+from api_service.usecases.admin_config import AdminConfig
+from api_service.usecases.admin_jobs import AdminJobs
 from api_service.usecases.admission import SubmissionAdmission
 from api_service.usecases.job_queries import JobQueries
 from api_service.usecases.job_watch import RECHECK_SECONDS_DEFAULT, JobWatch
@@ -31,7 +34,7 @@ from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
 from api_service.worker_servicer import WorkerServicer
-from jobs.v1 import jobs_pb2, jobs_pb2_grpc, worker_pb2, worker_pb2_grpc
+from jobs.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc, worker_pb2, worker_pb2_grpc
 from shared.domain.errors import JobsError
 from shared.env_settings import SettingsError, split_host_port
 from shared.handlers.builtin import builtin_policies
@@ -110,6 +113,7 @@ async def serve(settings: ApiSettings) -> None:
     hub = JobChangeHub(settings.database.session_url)
     # Without a session for LISTEN, WatchJob streams learn of changes by reading again this often.
     watch_recheck_seconds = RECHECK_SECONDS_DEFAULT if settings.database.session_url else WATCH_POLL_SECONDS
+    queries = JobQueries(db, ResultCache(settings.result_cache, metrics.result_cache))
     jobs_pb2_grpc.add_JobServiceServicer_to_server(
         JobServicer(
             SubmissionService(
@@ -119,7 +123,7 @@ async def serve(settings: ApiSettings) -> None:
                 dedupe_window_seconds=settings.dedupe_window_seconds,
                 metrics=metrics.submissions,
             ),
-            JobQueries(db, ResultCache(settings.result_cache, metrics.result_cache)),
+            queries,
             JobLifecycle(db),
             JobWatch(db, hub, watch_recheck_seconds, max_streams=settings.max_watch_streams),
             SubmissionAdmission(db, settings.tenant_limits),
@@ -129,6 +133,7 @@ async def serve(settings: ApiSettings) -> None:
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(
         WorkerServicer(WorkerReports(db, metrics.reports, lease_max_seconds=settings.lease_max_seconds)), server
     )
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(AdminConfig(db), AdminJobs(db, queries)), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     ServerReflection(
@@ -136,6 +141,7 @@ async def serve(settings: ApiSettings) -> None:
         (
             jobs_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
             worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+            admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
         ),
     ).add_to(server)

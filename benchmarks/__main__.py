@@ -14,10 +14,10 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks import scenarios
+from benchmarks import admin_bulk, scenarios
 from benchmarks.harness import durability_settings, fresh_database
 
-SCENARIOS = ("workdown", "submit", "pickup", "history", "memory")
+SCENARIOS = ("workdown", "submit", "pickup", "history", "memory", "admin_bulk")
 
 
 def main() -> int:
@@ -103,6 +103,18 @@ def main() -> int:
                 f"worker RSS over {soak_seconds:.0f}s at 200 jobs/s",
                 f"{soak['early_mib']:.1f} -> {soak['late_mib']:.1f} MiB",
                 f"{soak['growth_ratio']:+.1%} (target within 10%)",
+            )
+        )
+    if "admin_bulk" in only:
+        with fresh_database("admin_bulk") as url:
+            bulk = asyncio.run(admin_bulk.bulk_actions(url, jobs))
+        figures.update({f"admin_bulk_{k}": v for k, v in bulk.items()})
+        rows.append(
+            (
+                f"admin bulk cancel / retry, {jobs:,} jobs",
+                f"{bulk['cancel_jobs_per_s']:,.0f} / {bulk['retry_jobs_per_s']:,.0f} jobs/s",
+                f"dry run {bulk['dry_run_jobs_per_s']:,.0f} jobs/s; a batch holds its locks "
+                f"{bulk['cancel_batch_ms']:.0f} / {bulk['retry_batch_ms']:.0f} ms",
             )
         )
     width = max(len(r[0]) for r in rows)

@@ -1,4 +1,5 @@
-"""`jobsctl`: a command-line client of jobs.v1.JobService, talking only through the generated stubs."""
+"""`jobsctl`: a command-line client of jobs.v1.JobService (and, for operators, jobs.v1.AdminService),
+talking only through the generated stubs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import grpc
 
-from jobs.v1 import jobs_pb2_grpc
+from jobs.v1 import admin_pb2_grpc, jobs_pb2_grpc
+from jobsctl.admin_commands import ADMIN_COMMANDS
 from jobsctl.arguments import TIMEOUT_SECONDS_DEFAULT, UsageError, build_parser
 from jobsctl.commands import COMMANDS, Call, Console
 from jobsctl.dev import run_dev
@@ -29,9 +31,14 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         return EXIT_USAGE
     try:
         with _channel(args) as channel:
-            call = Call(jobs_pb2_grpc.JobServiceStub(channel), args.token, args.timeout or TIMEOUT_SECONDS_DEFAULT)
+            call = Call(
+                jobs_pb2_grpc.JobServiceStub(channel),
+                args.token,
+                args.timeout or TIMEOUT_SECONDS_DEFAULT,
+                admin_pb2_grpc.AdminServiceStub(channel),
+            )
             try:
-                return COMMANDS[args.command](call, args, console)
+                return {**COMMANDS, **ADMIN_COMMANDS}[args.command](call, args, console)
             finally:
                 # Finished calls caught in reference cycles must go while gRPC's threads still run:
                 # collected at interpreter exit, one can wait for ever on a lock a frozen thread holds.

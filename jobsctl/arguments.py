@@ -71,6 +71,10 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     latest.add_argument("resource_key", metavar="RESOURCE_KEY")
     _add_list(command)
     _add_lifecycle(command)
+    # Imported here: admin_arguments builds on this module's parsers of times and labels.
+    from jobsctl.admin_arguments import add_admin_commands
+
+    add_admin_commands(command, [after_command])
     command(
         "dev",
         help="run the local stack (what `make run` runs): the API and two workers on loopback",
@@ -89,7 +93,11 @@ def _add_global_options(parser: argparse.ArgumentParser, env: Mapping[str, str],
     group.add_argument(
         "--target", default=default(target), help=f"API address host:port (env JOBS_API_TARGET, now {target})"
     )
-    group.add_argument("--token", default=default(env.get("JOBS_TOKEN")), help="tenant bearer token (env JOBS_TOKEN)")
+    group.add_argument(
+        "--token",
+        default=default(env.get("JOBS_TOKEN")),
+        help="bearer token: a tenant's, or an operator's for limits, kinds, tenants and admin (env JOBS_TOKEN)",
+    )
     group.add_argument(
         "--tls-ca",
         default=default(env.get("JOBS_TLS_CA_FILE") or None),

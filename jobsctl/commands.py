@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO
 
-from jobs.v1 import jobs_pb2, jobs_pb2_grpc
+from jobs.v1 import admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 from jobsctl.arguments import list_request, submit_request
 from jobsctl.rendering import events_table, job_text, jobs_table, message_json, state_name
 from jobsctl.rpc_errors import EXIT_OK
@@ -32,10 +32,17 @@ class Call:
     stub: jobs_pb2_grpc.JobServiceStub
     token: str
     timeout: float
+    # For the operators' commands; the same channel.
+    admin: admin_pb2_grpc.AdminServiceStub | None = None
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self.token}"),)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of every call: deadline and credential."""
+        return {"timeout": self.timeout, "metadata": self.metadata}
 
 
 def run_submit(call: Call, args: argparse.Namespace, console: Console) -> int:

@@ -15,7 +15,7 @@ from grpc_tools import protoc
 
 REPO = Path(__file__).resolve().parent.parent
 PROTO_ROOT = REPO / "proto"
-PROTO_FILES = ("jobs/v1/jobs.proto", "jobs/v1/worker.proto")
+PROTO_FILES = ("jobs/v1/jobs.proto", "jobs/v1/worker.proto", "jobs/v1/admin.proto")
 OUTPUT_DEFAULT = REPO / "docs" / "API.md"
 PACKAGE = "jobs.v1"
 

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python}"
 OUT="${1:-proto}"
-PROTOS=(proto/jobs/v1/jobs.proto proto/jobs/v1/worker.proto)
+PROTOS=(proto/jobs/v1/jobs.proto proto/jobs/v1/worker.proto proto/jobs/v1/admin.proto)
 "$PYTHON" -m grpc_tools.protoc -I proto \
   --python_out="$OUT" --pyi_out="$OUT" --grpc_python_out="$OUT" \
   "${PROTOS[@]}"

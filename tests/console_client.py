@@ -4,7 +4,6 @@ jar will not send over http:// even to loopback, as browsers do)."""
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import re
 import urllib.parse
@@ -12,26 +11,12 @@ from dataclasses import dataclass, field
 
 from tests.process_fixtures import ServiceStack, free_port
 
-ADMIN_TOKEN = "test-admin-token"
-READONLY_ADMIN_TOKEN = "test-readonly-admin-token"
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
-def add_operators(stack: ServiceStack) -> None:
-    """Adds an admin and a read-only admin to the stack's principals file, before the API starts."""
-    entries = [
-        (ADMIN_TOKEN, 'role = "admin"\nname = "ops-alice"'),
-        (READONLY_ADMIN_TOKEN, 'role = "admin-readonly"\nname = "auditor-bob"'),
-    ]
-    text = stack.tokens_file.read_text()
-    for token, lines in entries:
-        text += f'\n[[principal]]\ntoken_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n{lines}\n'
-    stack.tokens_file.write_text(text)
-
-
 def start_with_console(stack: ServiceStack, **env: str) -> str:
-    """Starts the API with its console on a free port; returns the console's base URL."""
-    add_operators(stack)
+    """Starts the API with its console on a free port; returns the console's base URL. The stack's
+    principals include the operators ADMIN_TOKEN ("admin:ops") and READONLY_TOKEN ("admin:console")."""
     listen = f"127.0.0.1:{free_port()}"
     stack.start_api(JOBS_CONSOLE_LISTEN=listen, **env)
     return f"http://{listen}"

@@ -23,15 +23,17 @@ class CliRun:
         return self.stdout.decode()
 
 
-def cli_env(target: str, tenant: str) -> dict[str, str]:
-    return {**os.environ, "JOBS_API_TARGET": target, "JOBS_TOKEN": tenant_token(tenant), "PYTHONUNBUFFERED": "1"}
+def cli_env(target: str, tenant: str, token: str | None = None) -> dict[str, str]:
+    token = token or tenant_token(tenant)
+    return {**os.environ, "JOBS_API_TARGET": target, "JOBS_TOKEN": token, "PYTHONUNBUFFERED": "1"}
 
 
-def jobsctl(target: str, *args: str, tenant: str = "acme", stdin: bytes = b"") -> CliRun:
+def jobsctl(target: str, *args: str, tenant: str = "acme", stdin: bytes = b"", token: str | None = None) -> CliRun:
+    """`token` overrides the tenant's (an operator's, for the admin commands)."""
     done = subprocess.run(
         [sys.executable, "-m", "jobsctl", *args],
         input=stdin,
-        env=cli_env(target, tenant),
+        env=cli_env(target, tenant, token),
         cwd=REPO_ROOT,
         capture_output=True,
         timeout=CLI_TIMEOUT_SECONDS,

@@ -20,11 +20,14 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from jobs.v1 import jobs_pb2, jobs_pb2_grpc, worker_pb2_grpc
+from jobs.v1 import admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc, worker_pb2_grpc
 
 T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKER_TOKEN = "test-worker-token"
+# Operators: ADMIN_TOKEN is role "admin" named "ops", READONLY_TOKEN role "admin-readonly" named "console".
+ADMIN_TOKEN = "test-admin-token"
+READONLY_TOKEN = "test-readonly-token"
 STARTUP_TIMEOUT_SECONDS = 20.0
 STOP_TIMEOUT_SECONDS = 15.0
 # Short leases and quick sweeps keep fault tests to seconds.
@@ -128,6 +131,14 @@ class TenantClient:
 
 
 @dataclass
+class AdminClient:
+    """An operator: AdminService stub plus its credential."""
+
+    stub: admin_pb2_grpc.AdminServiceStub
+    metadata: tuple[tuple[str, str], ...]
+
+
+@dataclass
 class ServiceStack:
     database_url: str
     workdir: Path
@@ -146,6 +157,10 @@ class ServiceStack:
             f'[[principal]]\ntoken_sha256 = "{_sha256(tenant_token(t))}"\ntenant = "{t}"\n' for t in self.tenants
         ]
         entries.append(f'[[principal]]\ntoken_sha256 = "{_sha256(WORKER_TOKEN)}"\nrole = "worker"\n')
+        entries.append(f'[[principal]]\ntoken_sha256 = "{_sha256(ADMIN_TOKEN)}"\nrole = "admin"\nname = "ops"\n')
+        entries.append(
+            f'[[principal]]\ntoken_sha256 = "{_sha256(READONLY_TOKEN)}"\nrole = "admin-readonly"\nname = "console"\n'
+        )
         self.tokens_file.write_text("\n".join(entries))
 
     @property
@@ -246,6 +261,9 @@ class ServiceStack:
         return TenantClient(
             jobs_pb2_grpc.JobServiceStub(self.channel()), (("authorization", f"Bearer {tenant_token(tenant)}"),)
         )
+
+    def admin(self, token: str = ADMIN_TOKEN) -> AdminClient:
+        return AdminClient(admin_pb2_grpc.AdminServiceStub(self.channel()), (("authorization", f"Bearer {token}"),))
 
     def worker_stub(self) -> tuple[worker_pb2_grpc.WorkerServiceStub, tuple[tuple[str, str], ...]]:
         return worker_pb2_grpc.WorkerServiceStub(self.channel()), (("authorization", f"Bearer {WORKER_TOKEN}"),)

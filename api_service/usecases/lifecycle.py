@@ -34,21 +34,12 @@ class JobLifecycle:
         check_job_id(job_id)
         _check_reason(reason)
         async with self._db.transaction(tenant) as conn:
-            job = await job_store.cancel(conn, tenant=tenant, job_id=job_id, actor=actor, reason=reason)
-            current = None if job is not None else await job_store.get_job(conn, tenant, job_id)
-        if job is not None:
-            log.info(
-                "cancel requested" if job.state is JobState.RUNNING else "job cancelled",
-                extra=job_fields(job, actor=actor, reason=reason),
-            )
-            return job
-        if current is None:
-            raise NotFound()
-        raise FailedPrecondition(
-            f"the job already ended: it is {current.state.value}",
-            reason="JOB_ALREADY_ENDED",
-            metadata={"state": current.state.value},
+            job = await cancel_in(conn, tenant, actor, job_id, reason)
+        log.info(
+            "cancel requested" if job.state is JobState.RUNNING else "job cancelled",
+            extra=job_fields(job, actor=actor, reason=reason),
         )
+        return job
 
     async def retry(
         self, tenant: TenantId, actor: str, job_id: JobId, reason: str, *, accept_duplicate_risk: bool
@@ -59,27 +50,52 @@ class JobLifecycle:
         check_job_id(job_id)
         _check_reason(reason)
         async with self._db.transaction(tenant) as conn:
-            candidate = await job_store.lock_for_retry(conn, tenant, job_id)
-            if candidate is None:
-                raise NotFound()
-            _check_retryable(candidate, accept_duplicate_risk)
-            next_state = await _reopened_state(conn, tenant, candidate)
-            note = f"manual retry by {actor}" + (f": {reason}" if reason else "")
-            if candidate.duplicate_risk:
-                note += " (duplicate risk accepted)"
-            job = await job_store.reopen(
-                conn,
-                tenant=tenant,
-                job_id=job_id,
-                expected=candidate.state,
-                next_state=next_state,
-                actor=actor,
-                reason=note,
-                duplicate_risk_accepted=candidate.duplicate_risk,
-            )
-        assert job is not None  # the row is locked and was checked above
-        log.info("job reopened by manual retry", extra=job_fields(job, actor=actor, reason=note))
+            job = await retry_in(conn, tenant, actor, job_id, reason, accept_duplicate_risk=accept_duplicate_risk)
+        log.info("job reopened by manual retry", extra=job_fields(job, actor=actor, reason=reason))
         return job
+
+
+async def cancel_in(conn: Connection, tenant: TenantId, actor: str, job_id: JobId, reason: str) -> Job:
+    """CancelJob's rule inside the caller's transaction (scoped to `tenant`), which bulk actions share:
+    raises NotFound or FailedPrecondition (JOB_ALREADY_ENDED) having changed nothing."""
+    job = await job_store.cancel(conn, tenant=tenant, job_id=job_id, actor=actor, reason=reason)
+    if job is not None:
+        return job
+    current = await job_store.get_job(conn, tenant, job_id)
+    if current is None:
+        raise NotFound()
+    raise FailedPrecondition(
+        f"the job already ended: it is {current.state.value}",
+        reason="JOB_ALREADY_ENDED",
+        metadata={"state": current.state.value},
+    )
+
+
+async def retry_in(
+    conn: Connection, tenant: TenantId, actor: str, job_id: JobId, reason: str, *, accept_duplicate_risk: bool
+) -> Job:
+    """RetryJob's rule inside the caller's transaction (scoped to `tenant`), which bulk actions share:
+    the job's locks are held until that transaction ends; a refusal raises having written nothing."""
+    candidate = await job_store.lock_for_retry(conn, tenant, job_id)
+    if candidate is None:
+        raise NotFound()
+    _check_retryable(candidate, accept_duplicate_risk)
+    next_state = await _reopened_state(conn, tenant, candidate)
+    note = f"manual retry by {actor}" + (f": {reason}" if reason else "")
+    if candidate.duplicate_risk:
+        note += " (duplicate risk accepted)"
+    job = await job_store.reopen(
+        conn,
+        tenant=tenant,
+        job_id=job_id,
+        expected=candidate.state,
+        next_state=next_state,
+        actor=actor,
+        reason=note,
+        duplicate_risk_accepted=candidate.duplicate_risk,
+    )
+    assert job is not None  # the row is locked and was checked above
+    return job
 
 
 def _check_retryable(candidate: job_store.RetryCandidate, accept_duplicate_risk: bool) -> None:

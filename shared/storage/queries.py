@@ -10,6 +10,7 @@ _metrics = load_sql_blocks("metrics.sql")
 _session = load_sql_blocks("session.sql")
 _migrations = load_sql_blocks("migrations.sql")
 _kinds = load_sql_blocks("kinds.sql")
+_admin = load_sql_blocks("admin.sql")
 _operator = load_sql_blocks("operator.sql")
 
 JOB_INSERT = _jobs.pop("job_insert")
@@ -65,6 +66,19 @@ KIND_POLICY_CONFLICTS = _kinds.pop("kind_policy_conflicts")
 KIND_PUBLISHERS_FORGET = _kinds.pop("kind_publishers_forget")
 KIND_RETIRE = _kinds.pop("kind_retire")
 
+LIMIT_SET = _admin.pop("limit_set")
+LIMIT_DELETE = _admin.pop("limit_delete")
+LIMIT_LIST = _admin.pop("limit_list")
+TENANT_WEIGHT_SET = _admin.pop("tenant_weight_set")
+TENANT_WEIGHT_LIST = _admin.pop("tenant_weight_list")
+KIND_PAUSE = _admin.pop("kind_pause")
+KIND_RESUME = _admin.pop("kind_resume")
+KIND_STATUS_LIST = _admin.pop("kind_status_list")
+ADMIN_ACTION_RECORD = _admin.pop("admin_action_record")
+ADMIN_JOB_SEARCH = _admin.pop("admin_job_search")
+ADMIN_JOB_MATCH = _admin.pop("admin_job_match")
+ADMIN_JOB_TENANT = _admin.pop("admin_job_tenant")
+
 OPERATOR_QUEUE_OVERVIEW = _operator.pop("operator_queue_overview")
 OPERATOR_JOB_SEARCH = _operator.pop("operator_job_search")
 OPERATOR_JOB_GET = _operator.pop("operator_job_get")
@@ -78,7 +92,7 @@ MIGRATION_RECORD = _migrations.pop("migration_record")
 
 _unused = sorted(
     name
-    for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations, _kinds, _operator)
+    for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations, _kinds, _admin, _operator)
     for name in blocks
 )
 if _unused:
