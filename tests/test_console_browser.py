@@ -112,3 +112,45 @@ def test_an_operator_finds_a_failed_job_retries_it_and_watches_it_succeed(
     page.goto(f"{console}/jobs/{failing}")
     page.screenshot(path=str(screenshots / "5-markup-as-text.png"), full_page=True)
     assert page.evaluate("window.__xss") is None and dialogs == []
+
+
+@pytest.mark.timeout(240)
+def test_a_bulk_retry_counts_first_then_reopens_every_match(
+    service_stack: ServiceStack, browser, screenshots: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    console = start_with_console(service_stack)
+    service_stack.start_worker("w1", JOBS_HANDLER_MODULES="tests.handlers_for_tests")
+    acme, globex = service_stack.tenant("acme"), service_stack.tenant("globex")
+    batch = [t.submit("crash.until_retried", b"{}", labels={"batch": "b7"}).job.job_id for t in (acme, acme, globex)]
+    other = acme.submit("crash.until_retried", b"{}", labels={"batch": "b8"}).job.job_id
+    owners = {batch[0]: acme, batch[1]: acme, batch[2]: globex, other: acme}
+    for job_id, owner in owners.items():
+        wait_until(lambda: owner.get(job_id).state == jobs_pb2.JOB_STATE_FAILED, timeout=60, what="the job to fail")
+
+    page = browser.new_page(viewport={"width": 1360, "height": 900})
+    page.goto(f"{console}/signin")
+    page.fill("#token", ADMIN_TOKEN)
+    page.click("button[type=submit]")
+    page.goto(f"{console}/jobs?state=failed&label=batch%3Db7")
+    expect(page.locator("table.jobs tbody tr")).to_have_count(3)
+    page.select_option("form.bulk-form select[name=action]", "retry")
+    page.fill("form.bulk-form input[name=reason]", "ledger shard back")
+    page.click("form.bulk-form button[type=submit]")
+    expect(page.locator("section.confirm h1")).to_have_text("3 jobs would be retried")
+    page.screenshot(path=str(screenshots / "6-bulk-dry-run.png"), full_page=True)
+    for job_id, owner in owners.items():
+        assert owner.get(job_id).state == jobs_pb2.JOB_STATE_FAILED, "a dry run changes nothing"
+
+    page.click("section.confirm button[type=submit]")
+    expect(page.locator(".flash.ok")).to_contain_text("3 of 3 matching jobs reopened")
+    for job_id in batch:
+        owner = owners[job_id]
+        wait_until(lambda: owner.get(job_id).state == jobs_pb2.JOB_STATE_SUCCEEDED, timeout=60, what="the retry")
+    assert acme.get(other).state == jobs_pb2.JOB_STATE_FAILED, "a job outside the search is left alone"
+    page.goto(f"{console}/jobs?state=succeeded&label=batch%3Db7")
+    expect(page.locator("table.jobs tbody tr")).to_have_count(3)
+    page.screenshot(path=str(screenshots / "7-bulk-done.png"), full_page=True)
+    page.goto(f"{console}/kinds")
+    page.screenshot(path=str(screenshots / "8-kinds.png"), full_page=True)

@@ -142,3 +142,37 @@ def test_a_job_page_is_told_to_refresh_only_when_its_job_changed(service_stack: 
     assert client.post(f"/jobs/{job.job_id}/cancel", {"reason": "stop", "csrf_token": csrf}).status == 303
     changed = client.get(f"/jobs/{job.job_id}/live?sequence={job.sequence}", HX_Request="true")
     assert changed.header("HX-Refresh") == "true"
+
+
+def test_bulk_cancel_is_a_dry_run_until_its_count_is_confirmed(service_stack: ServiceStack, console: str) -> None:
+    acme = service_stack.tenant("acme")
+    ids = [acme.submit("echo", b"x", labels={"wave": "3"}).job.job_id for _ in range(3)]
+    client = signed_in(console)
+    csrf = client.csrf_token("/jobs")
+    form = {"action": "cancel", "reason": "wave 3 is wrong", "filter": "label=wave%3D3", "csrf_token": csrf}
+    dry_run = client.post("/jobs/bulk", form)
+    assert dry_run.status == 200 and "3 jobs would be cancelled" in dry_run.body
+    assert all(acme.get(i).state == jobs_pb2.JOB_STATE_PENDING for i in ids)
+    assert client.post("/jobs/bulk", {**form, "expected_count": "3", "csrf_token": "stale"}).status == 403
+    assert client.post("/jobs/bulk", {**form, "expected_count": "3"}).status == 303
+    assert all(acme.get(i).state == jobs_pb2.JOB_STATE_CANCELLED for i in ids)
+    assert "admin:ops" in client.get(f"/jobs/{ids[0]}").body
+
+
+def test_kinds_pause_and_limits_go_through_the_admin_use_cases(service_stack: ServiceStack, console: str) -> None:
+    client = signed_in(console)
+    csrf = client.csrf_token("/kinds")
+    assert client.post("/kinds/pause", {"kind": "echo", "reason": "provider down", "csrf_token": csrf}).status == 303
+    kinds = client.get("/kinds").body
+    assert "paused" in kinds and "provider down" in kinds and "admin:ops" in kinds
+    service_stack.tenant("acme").submit("echo", b"x")
+    assert "paused" in client.get("/queues").body
+    limit = {"key": "kind:echo", "max_running": "2", "rate_per_second": "0.5", "burst": "3", "reason": "quota"}
+    assert client.post("/limits/set", {**limit, "csrf_token": csrf}).status == 303
+    limits = client.get("/limits").body
+    assert "kind:echo" in limits and "0.5" in limits
+    readonly = signed_in(console, READONLY_TOKEN)
+    ro_csrf = readonly.csrf_token("/kinds")
+    assert readonly.post("/kinds/resume", {"kind": "echo", "reason": "r", "csrf_token": ro_csrf}).status == 403
+    assert readonly.post("/limits/delete", {"key": "kind:echo", "reason": "r", "csrf_token": ro_csrf}).status == 403
+    assert 'action="/kinds/' not in readonly.get("/kinds").body

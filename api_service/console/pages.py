@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import urllib.parse
 from typing import Any
 
 import jinja2
@@ -12,7 +13,6 @@ from aiohttp import web
 from api_service.console import search_form
 from api_service.console.rendering import QueueChart, render
 from api_service.console.security import (
-    CSRF_FIELD,
     OPERATOR_ROLES,
     SESSION_COOKIE,
     SIGNIN_CSRF_COOKIE,
@@ -22,6 +22,7 @@ from api_service.console.security import (
 )
 from api_service.console.sessions import SessionStore
 from api_service.principals import PrincipalsFile
+from api_service.usecases.admin_jobs import AdminJobs
 from api_service.usecases.operator_console import OperatorJobActions, OperatorReads
 from shared.domain.errors import FailedPrecondition, FieldViolation, InvalidArgument, PermissionDenied
 from shared.domain.ids import JobId
@@ -39,12 +40,14 @@ class ConsolePages:
         sessions: SessionStore,
         reads: OperatorReads,
         actions: OperatorJobActions,
+        admin_jobs: AdminJobs,
     ) -> None:
         self._templates = templates
         self._principals = principals
         self._sessions = sessions
         self._reads = reads
         self._actions = actions
+        self._admin_jobs = admin_jobs
         self._chart = QueueChart()
 
     def routes(self) -> list[web.RouteDef]:
@@ -117,7 +120,7 @@ class ConsolePages:
         search = search_form.parse_search(request.query)
         after = search_form.decode_cursor(request.query.get("after"))
         size = search_form.page_size(request.query)
-        page = await self._reads.search(search, after, size)
+        page = await self._admin_jobs.search(search, after, size)
         next_query = None
         if page.next_cursor is not None:
             next_query = [(k, v) for k, v in request.query.items() if k != "after"]
@@ -125,8 +128,10 @@ class ConsolePages:
         return self.page(
             request,
             "jobs.html",
-            search=search,
             query=request.query,
+            filter_query=urllib.parse.urlencode(
+                [(k, v) for k, v in request.query.items() if k not in ("after", "size")]
+            ),
             page=page,
             size=size,
             sizes=search_form.PAGE_SIZES,
@@ -167,14 +172,17 @@ class ConsolePages:
         raise web.HTTPSeeOther(f"/jobs/{job_id}")
 
     async def _action_input(self, request: web.Request) -> tuple[Operator, JobId, str]:
-        operator = operator_of(request)
-        if operator.read_only:
-            raise PermissionDenied("a read-only operator cannot change jobs")
-        form = await request.post()
-        reason = str(form.get("reason", "")).strip()
-        if not reason:
-            raise InvalidArgument(FieldViolation("reason", "say why: it is recorded in the job's history"))
+        operator, reason = await writer_and_reason(request)
         return operator, JobId(request.match_info["job_id"]), reason
 
 
-__all__ = ["CSRF_FIELD", "ConsolePages"]
+async def writer_and_reason(request: web.Request) -> tuple[Operator, str]:
+    """The operator of a request that changes something, and the reason it gives; a read-only
+    operator is refused whatever the page offered."""
+    operator = operator_of(request)
+    if operator.read_only:
+        raise PermissionDenied("a read-only operator cannot change anything")
+    reason = str((await request.post()).get("reason", "")).strip()
+    if not reason:
+        raise InvalidArgument(FieldViolation("reason", "say why: it is recorded with your name"))
+    return operator, reason

@@ -1,4 +1,5 @@
-"""The job search's query string, both ways: parsed into a JobSearch, and the cursor of the next page."""
+"""The job search's query string, both ways: parsed into the AdminService's JobFilter, and the cursor of
+the next page."""
 
 from __future__ import annotations
 
@@ -8,32 +9,32 @@ from datetime import UTC, datetime
 
 from multidict import MultiMapping
 
+from shared.domain.admin import JobFilter
 from shared.domain.errors import FieldViolation, InvalidArgument
-from shared.domain.ids import JobId
+from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import JobState, PageCursor
-from shared.domain.operator_views import JobSearch
 from shared.domain.submission_rules import is_job_id
 
 PAGE_SIZE_DEFAULT = 50
 PAGE_SIZES = (25, 50, 100, 200)
-TEXT_FIELDS = ("tenant", "kind", "resource_key", "error")
 
 
-def parse_search(query: MultiMapping[str]) -> JobSearch:
+def parse_search(query: MultiMapping[str]) -> JobFilter:
     """States may repeat; labels are `key=value`, one per line or repeated; times are UTC."""
     try:
         states = tuple(JobState(s) for s in query.getall("state", []) if s)
     except ValueError:
         raise InvalidArgument(FieldViolation("state", "is not a job state")) from None
-    return JobSearch(
+    tenant = _text(query, "tenant")
+    return JobFilter(
+        tenant=TenantId(tenant) if tenant else None,
         states=states,
-        tenant=_text(query, "tenant"),
         kind=_text(query, "kind"),
-        resource_key=_text(query, "resource_key"),
         labels=_labels(query),
+        resource_key=_text(query, "resource_key"),
         error_text=_text(query, "error"),
-        created_from=_time(query, "from"),
-        created_to=_time(query, "to"),
+        created_after=_time(query, "from"),
+        created_before=_time(query, "to"),
     )
 
 

@@ -6,12 +6,16 @@ import logging
 
 from aiohttp import web
 
+from api_service.console.admin_pages import AdminPages
 from api_service.console.pages import ConsolePages
 from api_service.console.rendering import static_root, template_environment
 from api_service.console.security import make_middlewares
 from api_service.console.sessions import SessionStore
 from api_service.console.settings import ConsoleSettings
 from api_service.principals import PrincipalsFile
+from api_service.usecases.admin_config import AdminConfig
+from api_service.usecases.admin_jobs import AdminJobs
+from api_service.usecases.job_queries import JobQueries
 from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.operator_console import OperatorJobActions, OperatorReads
 from shared.env_settings import split_host_port
@@ -26,17 +30,16 @@ class ConsoleServer:
     def __init__(self, settings: ConsoleSettings, principals: PrincipalsFile, db: Database) -> None:
         self._settings = settings
         sessions = SessionStore(idle_seconds=settings.session_idle_seconds, max_seconds=settings.session_max_seconds)
+        templates = template_environment()
+        admin_jobs = AdminJobs(db, JobQueries(db))
         pages = ConsolePages(
-            template_environment(),
-            principals,
-            sessions,
-            OperatorReads(db),
-            OperatorJobActions(db, JobLifecycle(db)),
+            templates, principals, sessions, OperatorReads(db), OperatorJobActions(db, JobLifecycle(db)), admin_jobs
         )
+        admin_pages = AdminPages(templates, admin_jobs, AdminConfig(db))
         app = web.Application(
             middlewares=make_middlewares(principals, sessions, pages.error_page), client_max_size=REQUEST_BYTES_MAX
         )
-        app.add_routes(pages.routes())
+        app.add_routes(pages.routes() + admin_pages.routes())
         app.router.add_static("/static", str(static_root()))
         self._runner = web.AppRunner(app, access_log=None)
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from api_service.usecases.job_queries import PAGE_SIZE_MAX
 from api_service.usecases.lifecycle import JobLifecycle
-from shared.domain.errors import FieldViolation, InvalidArgument, NotFound, ViolationCollector
+from shared.domain.errors import NotFound
 from shared.domain.ids import JobId, TenantId
-from shared.domain.jobs import Job, JobPage, PageCursor
-from shared.domain.operator_views import JobDetail, JobSearch, QueueLine
-from shared.domain.submission_rules import check_job_id, check_text
+from shared.domain.jobs import Job
+from shared.domain.operator_views import JobDetail, QueueLine
+from shared.domain.submission_rules import check_job_id
 from shared.storage import job_store, operator_store, receipt_store
 from shared.storage.database import Database
 
@@ -21,7 +20,6 @@ PREVIEW_BYTES = 4096
 # The job page shows this much of the history; a longer one says so.
 EVENTS_SHOWN_MAX = 500
 FAILED_WINDOW_SECONDS_DEFAULT = 3600.0
-SEARCH_TEXT_MAX_CHARS = 512
 
 
 class OperatorReads:
@@ -32,13 +30,6 @@ class OperatorReads:
     async def queues(self) -> list[QueueLine]:
         async with self._db.transaction() as conn:
             return await operator_store.queue_overview(conn, failed_window_seconds=self._failed_window_seconds)
-
-    async def search(self, search: JobSearch, after: PageCursor | None, page_size: int) -> JobPage:
-        _check_search(search)
-        if not 1 <= page_size <= PAGE_SIZE_MAX:
-            raise InvalidArgument(FieldViolation("page_size", f"must be between 1 and {PAGE_SIZE_MAX}"))
-        async with self._db.transaction() as conn:
-            return await operator_store.search_jobs(conn, search, after, page_size)
 
     async def job(self, job_id: JobId) -> JobDetail:
         """The job with its history (each failed attempt's error), receipts and relatives."""
@@ -75,20 +66,3 @@ class OperatorJobActions:
         if detail is None:
             raise NotFound()
         return detail.job.tenant
-
-
-def _check_search(search: JobSearch) -> None:
-    violations = ViolationCollector()
-    for name, value in (
-        ("tenant", search.tenant),
-        ("kind", search.kind),
-        ("resource_key", search.resource_key),
-        ("error", search.error_text),
-    ):
-        if value is not None:
-            check_text(violations, name, value, SEARCH_TEXT_MAX_CHARS)
-    for key, value in search.labels.items():
-        check_text(violations, "label", key + value, SEARCH_TEXT_MAX_CHARS)
-    if search.created_from and search.created_to and search.created_from >= search.created_to:
-        violations.add("created_to", "must be after the start of the time range")
-    violations.raise_if_any()

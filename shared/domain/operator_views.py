@@ -1,8 +1,8 @@
-"""What an operator looks at across tenants: queue lines, a job search filter, a job's full detail."""
+"""What an operator looks at across tenants: queue lines and a job's full detail."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from shared.domain.ids import JobId
@@ -31,21 +31,6 @@ class QueueLine:
     @property
     def depth(self) -> int:
         return self.pending + self.retry_wait + self.blocked
-
-
-@dataclass(frozen=True)
-class JobSearch:
-    """Every field narrows the search; empty fields match everything."""
-
-    states: tuple[JobState, ...] = ()
-    tenant: str | None = None
-    kind: str | None = None
-    resource_key: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    # Matched, case-insensitively and literally, inside the latest error or any attempt's message or traceback.
-    error_text: str | None = None
-    created_from: datetime | None = None
-    created_to: datetime | None = None
 
 
 @dataclass(frozen=True)

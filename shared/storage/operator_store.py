@@ -3,50 +3,17 @@ without a tenant scope; returns domain types."""
 
 from __future__ import annotations
 
-from psycopg.types.json import Jsonb
-
 from shared.domain.ids import JobId
-from shared.domain.jobs import JobPage, JobState, PageCursor
-from shared.domain.operator_views import JobDetail, JobSearch, Preview, QueueLine, Relative
+from shared.domain.jobs import JobState
+from shared.domain.operator_views import JobDetail, Preview, QueueLine, Relative
 from shared.storage import queries
 from shared.storage.database import Connection
 from shared.storage.job_store import job_from_row
-
-_LIKE_SPECIALS = str.maketrans({"\\": "\\\\", "%": "\\%", "_": "\\_"})
-
-
-def contains_pattern(text: str) -> str:
-    """An ILIKE pattern that finds `text` literally: its % and _ are no wildcards."""
-    return f"%{text.translate(_LIKE_SPECIALS)}%"
 
 
 async def queue_overview(conn: Connection, *, failed_window_seconds: float) -> list[QueueLine]:
     cur = await conn.execute(queries.OPERATOR_QUEUE_OVERVIEW, {"failed_window_seconds": failed_window_seconds})
     return [QueueLine(**row) for row in await cur.fetchall()]
-
-
-async def search_jobs(conn: Connection, search: JobSearch, after: PageCursor | None, page_size: int) -> JobPage:
-    cur = await conn.execute(
-        queries.OPERATOR_JOB_SEARCH,
-        {
-            "states": [s.value for s in search.states],
-            "tenant": search.tenant,
-            "kind": search.kind,
-            "resource_key": search.resource_key,
-            "labels": Jsonb(search.labels),
-            "created_from": search.created_from,
-            "created_to": search.created_to,
-            "error_pattern": contains_pattern(search.error_text) if search.error_text else None,
-            "after_created_at": after.created_at if after else None,
-            "after_job_id": after.job_id if after else None,
-            "limit": page_size + 1,
-        },
-    )
-    jobs = [job_from_row(row) for row in await cur.fetchall()]
-    if len(jobs) <= page_size:
-        return JobPage(jobs, None)
-    last = jobs[page_size - 1]
-    return JobPage(jobs[:page_size], PageCursor(last.created_at, last.job_id))
 
 
 async def get_job_detail(conn: Connection, job_id: JobId, *, preview_bytes: int) -> JobDetail | None:

@@ -80,7 +80,6 @@ ADMIN_JOB_MATCH = _admin.pop("admin_job_match")
 ADMIN_JOB_TENANT = _admin.pop("admin_job_tenant")
 
 OPERATOR_QUEUE_OVERVIEW = _operator.pop("operator_queue_overview")
-OPERATOR_JOB_SEARCH = _operator.pop("operator_job_search")
 OPERATOR_JOB_GET = _operator.pop("operator_job_get")
 OPERATOR_JOB_RELATIVES = _operator.pop("operator_job_relatives")
 

@@ -1,5 +1,6 @@
 -- Statements behind the operator console: reads across every tenant (run in a transaction without a
--- tenant scope, for principals with an admin role). Writes go through the lifecycle statements in jobs.sql.
+-- tenant scope, for principals with an admin role) that the AdminService's admin.sql has no need of.
+-- The console's search and its changes go through the AdminService's use-cases.
 
 -- name: operator_queue_overview
 -- Open jobs (and recent failures) per kind and tenant with the oldest runnable wait, whether the kind is paused, and whether a running limit on its kind or tenant key is full; each branch reads one partial index.
@@ -46,29 +47,6 @@ JOIN running_by_kind AS rk ON rk.kind = c.kind
 JOIN running_by_tenant AS rt ON rt.tenant = c.tenant
 LEFT JOIN kind_pauses AS p ON p.kind = c.kind
 ORDER BY c.kind, c.tenant;
-
--- name: operator_job_search
--- A page of every tenant's jobs matching the filter, newest first, after the cursor; fetches one extra row to detect more. The error text matches the latest error or any attempt's message or traceback.
-SELECT j.job_id, j.tenant, j.kind, j.state, j.attempts, j.max_attempts, j.priority, j.created_at, j.run_after,
-       j.started_at, j.finished_at, j.deadline, j.last_error_category, j.last_error_message, j.cancel_requested,
-       j.resource_key, j.resource_version, j.sequence, j.fencing_token, j.idempotency_key, j.depends_on, j.labels
-FROM jobs AS j
-WHERE (cardinality(%(states)s::job_state[]) = 0 OR j.state = ANY (%(states)s::job_state[]))
-  AND (%(tenant)s::text IS NULL OR j.tenant = %(tenant)s::text)
-  AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-  AND (%(resource_key)s::text IS NULL OR j.resource_key = %(resource_key)s::text)
-  AND j.labels @> %(labels)s::jsonb
-  AND (%(created_from)s::timestamptz IS NULL OR j.created_at >= %(created_from)s::timestamptz)
-  AND (%(created_to)s::timestamptz IS NULL OR j.created_at < %(created_to)s::timestamptz)
-  AND (%(error_pattern)s::text IS NULL
-       OR j.last_error_message ILIKE %(error_pattern)s::text
-       -- A set read once (a hashed subplan), not a probe of the errors per job.
-       OR j.job_id IN (SELECT a.job_id FROM job_attempt_errors AS a
-                       WHERE a.message ILIKE %(error_pattern)s::text OR a.traceback ILIKE %(error_pattern)s::text))
-  AND (%(after_created_at)s::timestamptz IS NULL
-       OR (j.created_at, j.job_id) < (%(after_created_at)s::timestamptz, %(after_job_id)s::uuid))
-ORDER BY j.created_at DESC, j.job_id DESC
-LIMIT %(limit)s;
 
 -- name: operator_job_get
 -- One job of any tenant with the start of its payload and of its result, and whether retrying it risks a duplicate effect (as job_lock_for_retry decides, without the lock).
