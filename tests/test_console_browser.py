@@ -127,7 +127,7 @@ def test_a_bulk_retry_counts_first_then_reopens_every_match(
     other = acme.submit("crash.until_retried", b"{}", labels={"batch": "b8"}).job.job_id
     owners = {batch[0]: acme, batch[1]: acme, batch[2]: globex, other: acme}
     for job_id, owner in owners.items():
-        wait_until(lambda: owner.get(job_id).state == jobs_pb2.JOB_STATE_FAILED, timeout=60, what="the job to fail")
+        wait_until(lambda o=owner, j=job_id: o.get(j).state == jobs_pb2.JOB_STATE_FAILED, timeout=60, what="failure")
 
     page = browser.new_page(viewport={"width": 1360, "height": 900})
     page.goto(f"{console}/signin")
@@ -147,7 +147,7 @@ def test_a_bulk_retry_counts_first_then_reopens_every_match(
     expect(page.locator(".flash.ok")).to_contain_text("3 of 3 matching jobs reopened")
     for job_id in batch:
         owner = owners[job_id]
-        wait_until(lambda: owner.get(job_id).state == jobs_pb2.JOB_STATE_SUCCEEDED, timeout=60, what="the retry")
+        wait_until(lambda o=owner, j=job_id: o.get(j).state == jobs_pb2.JOB_STATE_SUCCEEDED, timeout=60, what="retry")
     assert acme.get(other).state == jobs_pb2.JOB_STATE_FAILED, "a job outside the search is left alone"
     page.goto(f"{console}/jobs?state=succeeded&label=batch%3Db7")
     expect(page.locator("table.jobs tbody tr")).to_have_count(3)
