@@ -5,6 +5,7 @@ are saved (the path is printed) to be looked at."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -126,8 +127,12 @@ def test_a_bulk_retry_counts_first_then_reopens_every_match(
     batch = [t.submit("crash.until_retried", b"{}", labels={"batch": "b7"}).job.job_id for t in (acme, acme, globex)]
     other = acme.submit("crash.until_retried", b"{}", labels={"batch": "b8"}).job.job_id
     owners = {batch[0]: acme, batch[1]: acme, batch[2]: globex, other: acme}
-    for job_id, owner in owners.items():
-        wait_until(lambda o=owner, j=job_id: o.get(j).state == jobs_pb2.JOB_STATE_FAILED, timeout=60, what="failure")
+
+    def state_is(state: int, job_id: str) -> bool:
+        return owners[job_id].get(job_id).state == state
+
+    for job_id in owners:
+        wait_until(functools.partial(state_is, jobs_pb2.JOB_STATE_FAILED, job_id), timeout=60, what="failure")
 
     page = browser.new_page(viewport={"width": 1360, "height": 900})
     page.goto(f"{console}/signin")
@@ -146,8 +151,7 @@ def test_a_bulk_retry_counts_first_then_reopens_every_match(
     page.click("section.confirm button[type=submit]")
     expect(page.locator(".flash.ok")).to_contain_text("3 of 3 matching jobs reopened")
     for job_id in batch:
-        owner = owners[job_id]
-        wait_until(lambda o=owner, j=job_id: o.get(j).state == jobs_pb2.JOB_STATE_SUCCEEDED, timeout=60, what="retry")
+        wait_until(functools.partial(state_is, jobs_pb2.JOB_STATE_SUCCEEDED, job_id), timeout=60, what="the retry")
     assert acme.get(other).state == jobs_pb2.JOB_STATE_FAILED, "a job outside the search is left alone"
     page.goto(f"{console}/jobs?state=succeeded&label=batch%3Db7")
     expect(page.locator("table.jobs tbody tr")).to_have_count(3)
