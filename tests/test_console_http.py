@@ -171,6 +171,9 @@ def test_kinds_pause_and_limits_go_through_the_admin_use_cases(service_stack: Se
     assert client.post("/limits/set", {**limit, "csrf_token": csrf}).status == 303
     limits = client.get("/limits").body
     assert "kind:echo" in limits and "0.5" in limits
+    weight = {"tenant": "globex", "weight": "4", "reason": "paying more"}
+    assert client.post("/tenants/weight", {**weight, "csrf_token": csrf}).status == 303
+    assert '>globex</a></td><td class="num">4<' in client.get("/limits").body
     readonly = signed_in(console, READONLY_TOKEN)
     ro_csrf = readonly.csrf_token("/kinds")
     assert readonly.post("/kinds/resume", {"kind": "echo", "reason": "r", "csrf_token": ro_csrf}).status == 403

@@ -1,5 +1,5 @@
 """The console's operator pages beyond one job: bulk cancel and retry by the current search (a dry run's
-count first), kinds with their pauses, and limits. Every change goes through the AdminService's own
+count first), kinds with their pauses, limits and tenant weights. Every change goes through the AdminService's own
 use-cases, so it is checked, applied and recorded (who, why) exactly as over gRPC."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from api_service.usecases.admin_config import AdminConfig
 from api_service.usecases.admin_jobs import AdminJobs
 from shared.domain.admin import Actor, BulkOutcome, BulkRequest, LimitSpec
 from shared.domain.errors import FailedPrecondition, FieldViolation, InvalidArgument
+from shared.domain.ids import TenantId
 
 BULK_ACTIONS = ("cancel", "retry")
 # How many of a bulk action's skipped jobs the outcome names; the count covers them all.
@@ -40,6 +41,7 @@ class AdminPages:
             web.get("/limits", self.limits),
             web.post("/limits/set", self.set_limit),
             web.post("/limits/delete", self.delete_limit),
+            web.post("/tenants/weight", self.set_tenant_weight),
         ]
 
     def _page(self, request: web.Request, name: str, **context: Any) -> web.Response:
@@ -97,7 +99,12 @@ class AdminPages:
         raise web.HTTPSeeOther("/kinds")
 
     async def limits(self, request: web.Request) -> web.StreamResponse:
-        return self._page(request, "limits.html", limits=await self._config.list_limits())
+        return self._page(
+            request,
+            "limits.html",
+            limits=await self._config.list_limits(),
+            weights=await self._config.list_tenant_weights(),
+        )
 
     async def set_limit(self, request: web.Request) -> web.StreamResponse:
         operator, reason = await writer_and_reason(request)
@@ -117,6 +124,15 @@ class AdminPages:
         key = str((await request.post()).get("key", ""))
         deleted = await self._config.delete_limit(Actor(operator.name), key, reason)
         operator.session.flash.append(("ok", f"Limit on {key} removed." if deleted else f"{key} had no limit."))
+        raise web.HTTPSeeOther("/limits")
+
+    async def set_tenant_weight(self, request: web.Request) -> web.StreamResponse:
+        operator, reason = await writer_and_reason(request)
+        form = await request.post()
+        tenant = str(form.get("tenant", "")).strip()
+        weight = int(_number(form.get("weight"), "weight"))
+        await self._config.set_tenant_weight(Actor(operator.name), TenantId(tenant), weight, reason)
+        operator.session.flash.append(("ok", f"Tenant {tenant} now weighs {weight}."))
         raise web.HTTPSeeOther("/limits")
 
 
