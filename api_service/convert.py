@@ -13,11 +13,14 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from google.protobuf.message import Message
 
 from jobs.v1 import jobs_pb2, worker_pb2
+from shared.domain.checkpoints import Checkpoint, Progress, ProgressReport
 from shared.domain.errors import FieldViolation, InvalidArgument
 from shared.domain.ids import FencingToken, JobId
 from shared.domain.jobs import (
     Completion,
     ErrorCategory,
+    FailOutcome,
+    FailureReport,
     Job,
     JobError,
     JobEvent,
@@ -28,7 +31,9 @@ from shared.domain.jobs import (
     ListFilter,
     NewJob,
     PageCursor,
+    ReleaseReport,
     ReportOutcome,
+    RetryHint,
 )
 from shared.domain.trace_context import TraceContext, trace_context_from_headers
 
@@ -100,6 +105,7 @@ def new_job_from_proto(
         depends_on=tuple(JobId(d) for d in request.depends_on),
         labels=dict(request.labels),
         dedupe_by_input=request.dedupe_by_input,
+        limit_keys=tuple(request.limit_keys),
         trace_context=trace_context,
     )
 
@@ -128,7 +134,37 @@ def job_to_proto(job: Job) -> jobs_pb2.Job:
     )
     if job.last_error:
         message.last_error.CopyFrom(job_error_to_proto(job.last_error))
+    if job.progress is not None:
+        message.progress.CopyFrom(progress_to_proto(job.progress))
+    message.checkpoints.extend(checkpoint_to_proto(c) for c in job.checkpoints)
+    if job.waiting:
+        message.waiting_reason, message.waiting_for_key = job.waiting.reason, job.waiting.key
     return message
+
+
+def progress_to_proto(progress: Progress) -> jobs_pb2.JobProgress:
+    return jobs_pb2.JobProgress(
+        fraction=progress.fraction,
+        message=progress.message,
+        attempt=progress.attempt,
+        updated_at=_timestamp(progress.updated_at),
+    )
+
+
+def checkpoint_to_proto(checkpoint: Checkpoint) -> jobs_pb2.StageCheckpoint:
+    return jobs_pb2.StageCheckpoint(
+        stage=checkpoint.stage,
+        data=checkpoint.data,
+        attempt=checkpoint.attempt,
+        fencing_token=checkpoint.fencing_token,
+        recorded_at=_timestamp(checkpoint.at),
+    )
+
+
+def progress_report_from_proto(message: worker_pb2.ProgressReport) -> ProgressReport:
+    return ProgressReport(
+        LeaseRef(JobId(message.job_id), FencingToken(message.fencing_token)), message.fraction, message.message
+    )
 
 
 def result_to_proto(result: JobResult) -> jobs_pb2.JobResult:
@@ -251,3 +287,47 @@ def job_error_from_proto(error: jobs_pb2.JobError) -> JobError:
 
 def outcome_to_proto(outcome: ReportOutcome) -> worker_pb2.ReportOutcome:
     return _OUTCOME_TO_PROTO[outcome]
+
+
+def failure_from_proto(request: worker_pb2.FailJobRequest) -> FailureReport:
+    """A pushback needs no category (it is not a failure); any other report does."""
+    lease = LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token))
+    if request.pushed_back and request.error.category == jobs_pb2.ERROR_CATEGORY_UNSPECIFIED:
+        error = JobError(ErrorCategory.RETRYABLE, request.error.message, request.error.traceback)
+    else:
+        error = job_error_from_proto(request.error)
+    hint = None
+    if request.pushed_back or request.HasField("retry_after"):
+        after = duration_seconds(request.retry_after) if request.HasField("retry_after") else 0.0
+        hint = RetryHint(after, request.pushed_back, request.limit_key or None)
+    return FailureReport(lease, error, hint)
+
+
+def release_from_proto(request: worker_pb2.ReleaseJobRequest) -> ReleaseReport:
+    lease = LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token))
+    return ReleaseReport(lease, request.started, request.reason)
+
+
+def fail_response_to_proto(outcome: FailOutcome) -> worker_pb2.FailJobResponse:
+    return worker_pb2.FailJobResponse(
+        state=state_to_proto(outcome.state), next_attempt_at=_timestamp(outcome.next_attempt_at)
+    )
+
+
+def failure_outcome_to_proto(job_id: str, outcome: FailOutcome | ReportOutcome) -> worker_pb2.FailureOutcome:
+    if isinstance(outcome, ReportOutcome):
+        return worker_pb2.FailureOutcome(job_id=job_id, outcome=outcome_to_proto(outcome))
+    return worker_pb2.FailureOutcome(
+        job_id=job_id,
+        outcome=outcome_to_proto(ReportOutcome.ACCEPTED),
+        state=state_to_proto(outcome.state),
+        next_attempt_at=_timestamp(outcome.next_attempt_at),
+    )
+
+
+def release_outcome_to_proto(job_id: str, outcome: JobState | ReportOutcome) -> worker_pb2.ReleaseOutcome:
+    if isinstance(outcome, ReportOutcome):
+        return worker_pb2.ReleaseOutcome(job_id=job_id, outcome=outcome_to_proto(outcome))
+    return worker_pb2.ReleaseOutcome(
+        job_id=job_id, outcome=outcome_to_proto(ReportOutcome.ACCEPTED), state=state_to_proto(outcome)
+    )

@@ -79,7 +79,9 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         )
 
     async def WatchJob(self, request: jobs_pb2.WatchJobRequest, context: Context) -> AsyncIterator[jobs_pb2.Job]:
-        async for job in self._watch.watch(_tenant(), JobId(request.job_id), request.after_sequence):
+        async for job in self._watch.watch(
+            _tenant(), JobId(request.job_id), request.after_sequence, include_progress=request.include_progress
+        ):
             yield convert.job_to_proto(job)
 
     async def CancelJob(self, request: jobs_pb2.CancelJobRequest, context: Context) -> jobs_pb2.Job:
@@ -93,6 +95,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             JobId(request.job_id),
             request.reason,
             accept_duplicate_risk=request.accept_duplicate_risk,
+            clear_checkpoints=request.clear_checkpoints,
         )
         return convert.job_to_proto(job)
 

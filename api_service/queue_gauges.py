@@ -19,7 +19,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 from shared.domain.errors import JobsError
 from shared.domain.jobs import JobState
 from shared.metric_labels import OTHER_TENANT_LABEL, top_tenants
-from shared.storage.queue_stats import ExporterSession, QueueRow
+from shared.storage.queue_stats import ExporterSession, LimitRow, QueueRow
 
 log = logging.getLogger(__name__)
 REFRESH_SECONDS_DEFAULT = 10.0
@@ -45,6 +45,8 @@ class QueueSnapshot:
     depth: dict[tuple[str, str, str], int]  # (tenant, kind, state) -> jobs, open states only
     oldest_wait_seconds: dict[tuple[str, str], float]  # (tenant, kind) -> seconds
     recently_failed: dict[tuple[str, str], int]  # (tenant, kind) -> jobs that ended FAILED in the window
+    # Keys with an operator's limit or a hold; their number is the operators' to bound, not the tenants'.
+    limits: tuple[LimitRow, ...] = ()
 
 
 def fold_snapshot(rows: Iterable[QueueRow], tenant_limit: int) -> QueueSnapshot:
@@ -137,6 +139,7 @@ def _families(snapshot: QueueSnapshot | None, *, exporting: bool, age: float) ->
         "Jobs that ended FAILED within the failure window (JOBS_METRICS_FAILED_WINDOW_SECONDS).",
         labels=["tenant", "kind"],
     )
+    limit_families = _limit_families(snapshot.limits if snapshot is not None else ())
     snapshot_age = GaugeMetricFamily(
         "jobs_metrics_snapshot_age_seconds", "Time since the database gauges were last read.", value=max(age, 0.0)
     )
@@ -147,7 +150,30 @@ def _families(snapshot: QueueSnapshot | None, *, exporting: bool, age: float) ->
             oldest.add_metric(list(kind_labels), seconds)
         for kind_labels, failures in sorted(snapshot.recently_failed.items()):
             failed.add_metric(list(kind_labels), failures)
-    return [exporter, depth, oldest, failed, snapshot_age]
+    return [exporter, depth, oldest, failed, *limit_families, snapshot_age]
+
+
+def _limit_families(limits: Iterable[LimitRow]) -> list[Metric]:
+    running = GaugeMetricFamily(
+        "jobs_limit_running", "Jobs running that carry the key (keys with a limit or a hold).", labels=["key"]
+    )
+    bound = GaugeMetricFamily(
+        "jobs_limit_max_running", "The key's max_running; 0 when it bounds only the rate.", labels=["key"]
+    )
+    throttled = GaugeMetricFamily(
+        "jobs_limit_throttled",
+        "Runnable jobs carrying the key that wait because it has no room now (full, out of tokens, held).",
+        labels=["key"],
+    )
+    saturated = GaugeMetricFamily(
+        "jobs_limit_saturated", "1 while the key has no room for another start, else 0.", labels=["key"]
+    )
+    for row in sorted(limits, key=lambda r: r.key):
+        running.add_metric([row.key], row.running)
+        bound.add_metric([row.key], row.max_running)
+        throttled.add_metric([row.key], row.waiting if row.saturated else 0)
+        saturated.add_metric([row.key], 1 if row.saturated else 0)
+    return [running, bound, throttled, saturated]
 
 
 class QueueGaugeRefresher:
@@ -206,11 +232,12 @@ class QueueGaugeRefresher:
         term_began = self._term_began()
         started = self._clock()
         rows = await self._session.read_snapshot(failed_window_seconds=self._failed_window)
+        limits = await self._session.read_limits()
         if started < term_began + self._valid_seconds:
             return  # an earlier exporter's last snapshot may still be valid in its replica
         if not self._collector.exporting:
             log.info("this replica now exports the database gauges")
-        snapshot = fold_snapshot(rows, self._tenant_limit)
+        snapshot = replace(fold_snapshot(rows, self._tenant_limit), limits=tuple(limits))
         self._collector.publish(snapshot, started, valid_until=started + self._valid_seconds)
 
     def _term_began(self) -> float:

@@ -11,7 +11,7 @@ from api_service.request_context import current_principal
 from api_service.usecases.worker_reports import WorkerReports
 from jobs.v1 import worker_pb2, worker_pb2_grpc
 from shared.domain.ids import FencingToken, JobId
-from shared.domain.jobs import LeaseRef
+from shared.domain.jobs import LeaseRef, ReportOutcome
 
 WORKER_ID_METADATA = "jobs-worker-id"
 WORKER_ID_MAX_CHARS = 128
@@ -59,23 +59,62 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         )
 
     async def FailJob(self, request: worker_pb2.FailJobRequest, context: Context) -> worker_pb2.FailJobResponse:
-        outcome = await self._reports.fail(
-            _worker_id(context),
-            LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token)),
-            convert.job_error_from_proto(request.error),
+        report = convert.failure_from_proto(request)
+        outcome = await self._reports.fail(_worker_id(context), report.lease, report.error, report.hint)
+        return convert.fail_response_to_proto(outcome)
+
+    async def FailJobs(self, request: worker_pb2.FailJobsRequest, context: Context) -> worker_pb2.FailJobsResponse:
+        reports = [convert.failure_from_proto(item) for item in request.failures]
+        outcomes = await self._reports.fail_many(_worker_id(context), reports)
+        return worker_pb2.FailJobsResponse(
+            outcomes=[
+                convert.failure_outcome_to_proto(r.lease.job_id, o) for r, o in zip(reports, outcomes, strict=True)
+            ]
         )
-        response = worker_pb2.FailJobResponse(state=convert.state_to_proto(outcome.state))
-        if outcome.next_attempt_at:
-            response.next_attempt_at.FromDatetime(outcome.next_attempt_at)
-        return response
 
     async def ReleaseJob(
         self, request: worker_pb2.ReleaseJobRequest, context: Context
     ) -> worker_pb2.ReleaseJobResponse:
+        report = convert.release_from_proto(request)
         state = await self._reports.release(
-            _worker_id(context),
-            LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token)),
-            started=request.started,
-            reason=request.reason,
+            _worker_id(context), report.lease, started=report.started, reason=report.reason
         )
         return worker_pb2.ReleaseJobResponse(state=convert.state_to_proto(state))
+
+    async def ReleaseJobs(
+        self, request: worker_pb2.ReleaseJobsRequest, context: Context
+    ) -> worker_pb2.ReleaseJobsResponse:
+        reports = [convert.release_from_proto(item) for item in request.releases]
+        outcomes = await self._reports.release_many(_worker_id(context), reports)
+        return worker_pb2.ReleaseJobsResponse(
+            outcomes=[
+                convert.release_outcome_to_proto(r.lease.job_id, o) for r, o in zip(reports, outcomes, strict=True)
+            ]
+        )
+
+    async def RecordCheckpoint(
+        self, request: worker_pb2.RecordCheckpointRequest, context: Context
+    ) -> worker_pb2.RecordCheckpointResponse:
+        stored = await self._reports.record_checkpoint(
+            _worker_id(context),
+            LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token)),
+            request.stage,
+            request.data,
+        )
+        if isinstance(stored, ReportOutcome):
+            return worker_pb2.RecordCheckpointResponse(outcome=convert.outcome_to_proto(stored))
+        return worker_pb2.RecordCheckpointResponse(
+            outcome=convert.outcome_to_proto(ReportOutcome.ACCEPTED), checkpoint=convert.checkpoint_to_proto(stored)
+        )
+
+    async def ReportProgress(
+        self, request: worker_pb2.ReportProgressRequest, context: Context
+    ) -> worker_pb2.ReportProgressResponse:
+        reports = [convert.progress_report_from_proto(item) for item in request.reports]
+        outcomes = await self._reports.report_progress(reports)
+        return worker_pb2.ReportProgressResponse(
+            outcomes=[
+                worker_pb2.ProgressOutcome(job_id=r.job_id, outcome=convert.outcome_to_proto(o))
+                for r, o in zip(reports, outcomes, strict=True)
+            ]
+        )

@@ -1,7 +1,8 @@
 """`python -m benchmarks`: every figure of the performance targets, a table, then one JSON line.
 
 Environment: BENCH_JOBS (work-down size, 20000), BENCH_HISTORY_ROWS (1000000), BENCH_SOAK_SECONDS (600),
-BENCH_ONLY (comma-separated scenario names), BENCH_ADMIN_URL (a role that may create databases).
+BENCH_ONLY (comma-separated scenario names), BENCH_ADMIN_URL (a role that may create databases); the
+scheduling scenarios' sizes are in benchmarks/fairness.py.
 """
 
 from __future__ import annotations
@@ -14,10 +15,21 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks import admin_bulk, scenarios
+from benchmarks import admin_bulk, fairness, scenarios
 from benchmarks.harness import durability_settings, fresh_database
 
-SCENARIOS = ("workdown", "submit", "pickup", "history", "memory", "admin_bulk")
+SCENARIOS = (
+    "workdown",
+    "submit",
+    "pickup",
+    "history",
+    "memory",
+    "fair_wait",
+    "fair_throughput",
+    "claim_1m",
+    "overshoot",
+    "admin_bulk",
+)
 
 
 def main() -> int:
@@ -117,11 +129,62 @@ def main() -> int:
                 f"{bulk['cancel_batch_ms']:.0f} / {bulk['retry_batch_ms']:.0f} ms",
             )
         )
+    rows += _scheduling(only, figures)
     width = max(len(r[0]) for r in rows)
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:>24}  {note}")
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}))
     return 0
+
+
+def _scheduling(only: set[str], figures: dict[str, Any]) -> list[tuple[str, str, str]]:
+    rows = []
+    if "fair_wait" in only:
+        with fresh_database("fair_solo") as solo, fresh_database("fair_flood") as flood:
+            wait = asyncio.run(fairness.tenant_wait_under_flood(solo, flood))
+        figures.update({f"fair_wait_{k}": v for k, v in wait.items()})
+        rows.append(
+            (
+                f"B's p99 wait, A flooding {wait['flood_jobs']:,.0f}",
+                f"{wait['b_flood_p99_ms']:.1f} vs {wait['b_solo_p99_ms']:.1f} ms",
+                f"{wait['ratio']:.2f}x of B alone (target <= 2x)",
+            )
+        )
+    if "fair_throughput" in only:
+        with fresh_database("fair_off") as off, fresh_database("fair_on") as on:
+            through = asyncio.run(fairness.throughput_on_against_off(off, on))
+        figures.update({f"fair_throughput_{k}": v for k, v in through.items()})
+        rows.append(
+            (
+                "drain, shares and limits on",
+                f"{through['on_jobs_per_s']:,.0f} vs {through['off_jobs_per_s']:,.0f} jobs/s",
+                f"{through['ratio']:.0%} of off (target >= 90%)",
+            )
+        )
+    if "claim_1m" in only:
+        with fresh_database("claim_1m") as url:
+            claim = fairness.claim_time_at_scale(url)
+        figures.update({f"claim_1m_{k}": v for k, v in claim.items()})
+        rows.append(
+            (
+                f"claim of 50, {claim['rows']:,.0f} rows + {claim['tenants']:.0f} tenants",
+                f"p50 {claim['plain_p50_ms']:.1f} ms, p99 {claim['plain_p99_ms']:.1f} ms",
+                f"limited: p50 {claim['limited_p50_ms']:.1f} ms;"
+                f" {claim['plain_tenants_in_batch']:.0f} tenants per batch",
+            )
+        )
+    if "overshoot" in only:
+        with fresh_database("overshoot") as url:
+            over = asyncio.run(fairness.limit_overshoot(url))
+        figures.update({f"overshoot_{k}": v for k, v in over.items()})
+        rows.append(
+            (
+                "limit overshoot, 4 racing claimers",
+                f"{over['most_running']:.0f} running at most",
+                f"limit {over['limit']:.0f}: overshoot {over['overshoot']:.0f} (target 0)",
+            )
+        )
+    return rows
 
 
 if __name__ == "__main__":

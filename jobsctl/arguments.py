@@ -159,6 +159,11 @@ def _add_lifecycle(command: Callable[..., argparse.ArgumentParser]) -> None:
         action="store_true",
         help="required for OUTCOME_UNKNOWN: the earlier attempt's effect may already have happened",
     )
+    retry.add_argument(
+        "--clear-checkpoints",
+        action="store_true",
+        help="run every stage again (by default the retry resumes after the stages already checkpointed)",
+    )
     events = command("events", help="a job's recorded transitions, oldest first (every page)")
     events.add_argument("job_id", metavar="JOB_ID")
 

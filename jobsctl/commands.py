@@ -126,7 +126,10 @@ def run_cancel(call: Call, args: argparse.Namespace, console: Console) -> int:
 
 def run_retry(call: Call, args: argparse.Namespace, console: Console) -> int:
     request = jobs_pb2.RetryJobRequest(
-        job_id=args.job_id, reason=args.reason, accept_duplicate_risk=args.accept_duplicate_risk
+        job_id=args.job_id,
+        reason=args.reason,
+        accept_duplicate_risk=args.accept_duplicate_risk,
+        clear_checkpoints=args.clear_checkpoints,
     )
     job = call.stub.RetryJob(request, timeout=call.timeout, metadata=call.metadata)
     if args.output == "json":

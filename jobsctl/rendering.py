@@ -77,6 +77,11 @@ def job_text(job: jobs_pb2.Job) -> str:
         ("idempotency_key", job.idempotency_key),
         ("cancel_requested", "yes" if job.cancel_requested else ""),
         ("last_error", _error_text(job) if job.HasField("last_error") else ""),
+        (
+            "progress",
+            f"{progress_text(job.progress)} (attempt {job.progress.attempt})" if job.HasField("progress") else "",
+        ),
+        ("checkpoints", ", ".join(f"{c.stage} (attempt {c.attempt})" for c in job.checkpoints)),
     ]
     rows += [(name, value) for name, value in optional if value]
     rows += [("sequence", str(job.sequence)), ("fencing_token", str(job.fencing_token))]
@@ -126,15 +131,26 @@ def transition_line(job: jobs_pb2.Job, elapsed_seconds: float) -> str:
         parts.append(f"last error {_error_text(job)}")
     if job.cancel_requested and job.state == jobs_pb2.JOB_STATE_RUNNING:
         parts.append("cancel requested")
+    if job.HasField("progress") and job.state == jobs_pb2.JOB_STATE_RUNNING:
+        parts.append(progress_text(job.progress))
     return "  ".join(parts)
+
+
+def progress_text(progress: jobs_pb2.JobProgress) -> str:
+    """`progress 45% extracting text` (the message only when the handler gave one)."""
+    text = f"progress {progress.fraction * 100:.0f}%"
+    return f"{text} {progress.message}" if progress.message else text
 
 
 def watch_status(job: jobs_pb2.Job, in_state_seconds: float, total_seconds: float) -> str:
     """The live line under the transitions: how long the current state has lasted."""
-    return (
+    status = (
         f"{state_name(job.state)} for {_clock(in_state_seconds)}, attempt {job.attempts} of {job.max_attempts}, "
         f"watching {_clock(total_seconds)}"
     )
+    if job.HasField("progress") and job.state == jobs_pb2.JOB_STATE_RUNNING:
+        status += f", {progress_text(job.progress)}"
+    return status
 
 
 def _clock(seconds: float) -> str:

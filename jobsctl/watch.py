@@ -65,16 +65,18 @@ def follow(
     *,
     after_sequence: int = 0,
     max_wait: float | None = None,
+    include_progress: bool = False,
 ) -> Iterator[jobs_pb2.Job]:
-    """Yields the job's states until one is settled (that one included). Reconnects after a dropped
-    stream from the last sequence seen, at most RESUME_ATTEMPTS_MAX times in a row."""
+    """Yields the job's states until one is settled (that one included), and with `include_progress`
+    its progress changes too (under the sequence of the state they belong to). Reconnects after a
+    dropped stream from the last sequence seen, at most RESUME_ATTEMPTS_MAX times in a row."""
     deadline = None if max_wait is None else time.monotonic() + max_wait
     last, failures = after_sequence, 0
     while True:
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             raise WaitTimedOut(f"job {job_id} did not settle within {max_wait:g}s")
-        request = jobs_pb2.WatchJobRequest(job_id=job_id, after_sequence=last)
+        request = jobs_pb2.WatchJobRequest(job_id=job_id, after_sequence=last, include_progress=include_progress)
         stream = stub.WatchJob(request, timeout=remaining, metadata=metadata)
         try:
             for job in stream:
@@ -125,6 +127,21 @@ class StatusLine:
                 self._out.write("\r\033[K")
                 self._out.flush()
 
+    def update(self, job: jobs_pb2.Job) -> None:
+        """A transition gets a line of its own; a progress change alone redraws the status line on a
+        terminal, and elsewhere (a log, a pipe) gets a line too, since nothing else would show it."""
+        if self._job is not None and job.sequence == self._job.sequence and job.state == self._job.state:
+            self._progress(job)
+        else:
+            self.transition(job)
+
+    def _progress(self, job: jobs_pb2.Job) -> None:
+        with self._lock:
+            self._job = job
+            if not self._enabled:
+                self._out.write(transition_line(job, self._clock() - self._started) + "\n")
+                self._out.flush()
+
     def transition(self, job: jobs_pb2.Job) -> None:
         with self._lock:
             if self._enabled:
@@ -148,14 +165,21 @@ class StatusLine:
 
 def run_watch(call: Call, args: argparse.Namespace, console: Console) -> int:
     settled: jobs_pb2.Job | None = None
-    updates = follow(call.stub, args.job_id, call.metadata, after_sequence=args.after_sequence, max_wait=args.max_wait)
+    updates = follow(
+        call.stub,
+        args.job_id,
+        call.metadata,
+        after_sequence=args.after_sequence,
+        max_wait=args.max_wait,
+        include_progress=True,
+    )
     if args.output == "json":
         for settled in updates:
             print(message_json_line(settled), file=console.stdout, flush=True)
     else:
         with StatusLine(console.stdout, enabled=console.stdout.isatty()) as status:
             for settled in updates:
-                status.transition(settled)
+                status.update(settled)
     if settled is None:  # resumed after the job had already settled: nothing new to show
         request = jobs_pb2.GetJobRequest(job_id=args.job_id)
         settled = call.stub.GetJob(request, timeout=call.timeout, metadata=call.metadata)

@@ -161,3 +161,45 @@ async def published_kinds(db: Database, registry: HandlerRegistry | None = None)
     async with db.transaction() as conn:
         await kind_store.publish(conn, WORKER_ID_DEFAULT, datetime.now(UTC), [s.policy for s in registry.specs()])
     return KindCatalog(db)
+
+
+def set_limit(sync_db: Any, key: str, *, max_running: int = 0, rate_per_second: float = 0.0, burst: int = 1) -> None:
+    """An operator's limit on `key`, written straight into job_limits."""
+    sync_db.execute(
+        "INSERT INTO job_limits (key, max_running, rate_per_second, burst, updated_by)"
+        " VALUES (%(key)s, %(max_running)s, %(rate)s, %(burst)s, 'test')"
+        " ON CONFLICT (key) DO UPDATE SET max_running = EXCLUDED.max_running,"
+        " rate_per_second = EXCLUDED.rate_per_second, burst = EXCLUDED.burst",
+        {"key": key, "max_running": max_running, "rate": rate_per_second, "burst": burst},
+    )
+
+
+def set_weight(sync_db: Any, tenant: str, weight: int) -> None:
+    sync_db.execute(
+        "INSERT INTO tenant_weights (tenant, weight, updated_by) VALUES (%s, %s, 'test')"
+        " ON CONFLICT (tenant) DO UPDATE SET weight = EXCLUDED.weight",
+        (tenant, weight),
+    )
+
+
+def pause_kind(sync_db: Any, kind: str) -> None:
+    sync_db.execute("INSERT INTO kind_pauses (kind, paused_by) VALUES (%s, 'test')", (kind,))
+
+
+def declare_kind_keys(sync_db: Any, kind: str, keys: Sequence[str]) -> None:
+    """The keys a kind declares, as a worker publishing it would leave them in job_kinds."""
+    sync_db.execute(
+        "INSERT INTO job_kinds (kind, max_attempts, backoff_base_seconds, backoff_cap_seconds,"
+        " external_side_effects, limit_keys, executor, policy_digest, published_by, publisher_started_at)"
+        " VALUES (%(kind)s, 3, 0, 0, false, %(keys)s, 'async', '\\x00', 'test', clock_timestamp())"
+        " ON CONFLICT (kind) DO UPDATE SET limit_keys = EXCLUDED.limit_keys",
+        {"kind": kind, "keys": list(keys)},
+    )
+
+
+def add_own_keys(sync_db: Any, job_id: JobId, keys: Sequence[str], bounds: Sequence[int]) -> None:
+    """Keys a submission added (already scoped), with their own bounds."""
+    sync_db.execute(
+        "UPDATE jobs SET limit_keys = %s, limit_key_bounds = %s WHERE job_id = %s",
+        (list(keys), list(bounds), job_id),
+    )

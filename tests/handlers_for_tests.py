@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from shared.handlers import HandlerRegistry, JobContext, RetryableError
+from shared.handlers import HandlerRegistry, JobContext, PushedBack, RetryableError
 
 HANG_SECONDS = 6
 TRACED_KIND = "traced"
@@ -29,6 +29,7 @@ def register(registry: HandlerRegistry) -> None:
     registry.register(TRACED_KIND, max_attempts=3, backoff_base_seconds=0.1)(traced)
     registry.register("stall.first", backoff_base_seconds=0.1)(stall_first)
     registry.register("plain.echo", max_attempts=2)(plain_echo)
+    registry.register("pushed.twice", max_attempts=1)(pushed_back_twice)
     registry.register("charge.slow", max_attempts=3, external_side_effects=True)(charge_slowly)
     registry.register("plain.crash", max_attempts=2, backoff_base_seconds=0.1)(plain_crash)
     registry.register("crash.until_retried", max_attempts=2, backoff_base_seconds=0.1)(crash_until_retried)
@@ -38,6 +39,10 @@ def register(registry: HandlerRegistry) -> None:
     registry.register("process.exit", max_attempts=1, executor="process")(process_exit)
     registry.register("wait.thread", max_attempts=1)(wait_for_stop)
     registry.register("stubborn.process", max_attempts=1, executor="process")(ignore_stop)
+    for executor in ("async", "thread", "process"):
+        handler = staged_document if executor == "async" else staged_document_plain
+        registry.register(f"staged.{executor}", max_attempts=3, backoff_base_seconds=0.1, executor=executor)(handler)
+    registry.register("progress.burst", max_attempts=1)(progress_burst)
     # Its policy comes from the environment, so two replicas can disagree on it.
     registry.register("variant", max_attempts=int(os.environ.get("JOBS_TEST_VARIANT_MAX_ATTEMPTS", "2")))(plain_echo)
 
@@ -166,3 +171,73 @@ async def charge_slowly(ctx: JobContext) -> bytes:
     await asyncio.sleep(60)
     await ctx.confirm("charge", b"done")
     return b"charged"
+
+
+PUSHBACK_KEY = "provider:test"
+
+
+async def pushed_back_twice(ctx: JobContext) -> bytes:
+    """Its provider refuses the first two claims (each claim raises the fencing token), then answers."""
+    if ctx.fencing_token <= 2:
+        raise PushedBack("429 from the provider", retry_after=0.2, key=PUSHBACK_KEY)
+    return ctx.payload
+
+
+def pushed_back_in_a_process(ctx: JobContext) -> bytes:
+    """A process handler's pushback must reach the worker with its fields."""
+    raise PushedBack("quota", retry_after=75, key="provider:process")
+
+
+STAGES = ("upload_check", "extract_text", "embed", "publish_index")
+PROGRESS_BURST = 1000
+
+
+def _stage_output(workdir: Path, ctx: JobContext, stage: str) -> str:
+    """Does a stage's work: counts the execution and writes its output durably before returning."""
+    with (workdir / "executions").open("a") as log:
+        log.write(f"{ctx.attempt} {stage}\n")
+    output = workdir / f"{stage}.out"
+    output.write_text(f"{stage} by attempt {ctx.attempt}")
+    return str(output)
+
+
+async def staged_document(ctx: JobContext) -> bytes:
+    """The seed's document pipeline: each stage checkpoints once its output is written, attempt 1 fails
+    after the second stage, and a later attempt skips what is checkpointed."""
+    request = json.loads(ctx.payload)
+    workdir = Path(request["dir"])
+    for number, stage in enumerate(STAGES, start=1):
+        if ctx.completed_stage(stage) is None:
+            await ctx.checkpoint(stage, {"output": _stage_output(workdir, ctx, stage)})
+        ctx.report_progress(number / len(STAGES), stage)
+        if ctx.attempt == 1 and number == request["fail_after"]:
+            raise RetryableError(f"attempt 1 stops after {stage}")
+    return json.dumps({stage: ctx.checkpoints[stage].json()["output"] for stage in STAGES}).encode()
+
+
+def staged_document_plain(ctx: JobContext) -> bytes:
+    """staged_document as a plain def, for a thread or a child process."""
+    request = json.loads(ctx.payload)
+    workdir = Path(request["dir"])
+    for number, stage in enumerate(STAGES, start=1):
+        if ctx.completed_stage(stage) is None:
+            ctx.checkpoint_blocking(stage, {"output": _stage_output(workdir, ctx, stage)})
+        ctx.report_progress(number / len(STAGES), stage)
+        if ctx.attempt == 1 and number == request["fail_after"]:
+            raise RetryableError(f"attempt 1 stops after {stage}")
+    return json.dumps({stage: ctx.checkpoints[stage].json()["output"] for stage in STAGES}).encode()
+
+
+async def progress_burst(ctx: JobContext) -> bytes:
+    """Reports progress PROGRESS_BURST times without yielding, then holds at 50% until the file named
+    by the payload exists, then finishes at 100%."""
+    for step in range(PROGRESS_BURST):
+        ctx.report_progress(step / (2 * PROGRESS_BURST), f"burst {step}")
+    ctx.report_progress(0.5, "waiting for the release file")
+    release = Path(ctx.payload.decode())
+    deadline = time.monotonic() + STALL_SECONDS_MAX
+    # A file the test creates from outside the process: nothing to wait on but a poll.
+    while not release.exists() and time.monotonic() < deadline:  # noqa: ASYNC110, ASYNC240
+        await asyncio.sleep(0.05)
+    ctx.report_progress(1.0, "done")
+    return b"released"

@@ -41,6 +41,15 @@ CREATE FUNCTION public.job_unconfirmed_step(p_job_id uuid, p_attempt integer) RE
           ORDER BY step
           LIMIT 1 $$;
 
+CREATE FUNCTION public.jobs_bucket_tokens(rate double precision, burst integer, tokens double precision, refilled_at timestamp with time zone, at timestamp with time zone) RETURNS double precision
+    LANGUAGE sql IMMUTABLE
+    AS $$
+        SELECT CASE WHEN tokens IS NULL THEN burst::double precision
+                    ELSE least(burst::double precision,
+                               tokens + rate * greatest(0, extract(epoch FROM at - refilled_at)::double precision))
+               END
+    $$;
+
 CREATE FUNCTION public.jobs_bump_sequence() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -50,6 +59,138 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
+
+CREATE FUNCTION public.jobs_claim_admit(worker_id text, lease_seconds double precision, max_jobs integer, candidate_ids uuid[]) RETURNS TABLE(job_id uuid, tenant text, kind text, payload bytea, attempts integer, max_attempts integer, fencing_token bigint, lease_expires_at timestamp with time zone, created_at timestamp with time zone, queued_since timestamp with time zone, claimed_at timestamp with time zone, traceparent text, tracestate text)
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    c record;
+    k text;
+    kind_keys jsonb;
+    bounded text[];
+    running jsonb;
+    used jsonb := '{}';
+    limit_row record;
+    max_of jsonb := '{}';
+    tokens_of jsonb := '{}';
+    admitted uuid[] := '{}';
+    fits boolean;
+    n integer;
+    at timestamptz;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'jobs_claim_admit counts running jobs with a snapshot per statement: READ COMMITTED only';
+    END IF;
+    -- Read once, so the keys checked are the keys the claimed row records.
+    SELECT coalesce(jsonb_object_agg(jk.kind, to_jsonb(jk.limit_keys)), '{}') INTO kind_keys
+    FROM job_kinds AS jk
+    WHERE jk.limit_keys <> '{}' AND jk.kind IN (SELECT j.kind FROM jobs AS j WHERE j.job_id = ANY (candidate_ids));
+
+    -- The keys that bound a start: an operator's limit, or a submission's own bound.
+    SELECT coalesce(array_agg(DISTINCT b.key ORDER BY b.key), '{}') INTO bounded
+    FROM (SELECT l.key FROM job_limits AS l
+          WHERE (l.max_running > 0 OR l.rate_per_second > 0)
+            AND EXISTS (SELECT 1 FROM jobs_claim_candidates(candidate_ids, kind_keys) AS cc WHERE l.key = ANY (cc.keys))
+          UNION
+          SELECT o.key FROM jobs AS j, unnest(j.limit_keys, j.limit_key_bounds) AS o(key, bound)
+          WHERE j.job_id = ANY (candidate_ids) AND o.bound > 0) AS b;
+
+    FOR k IN SELECT b.key FROM unnest(bounded) AS b(key) ORDER BY hashtext(b.key), b.key LOOP
+        PERFORM pg_advisory_xact_lock(18, hashtext(k));
+    END LOOP;
+
+    -- Counted after the locks, in this statement's own snapshot.
+    SELECT coalesce(jsonb_object_agg(r.key, r.n), '{}') INTO running
+    FROM (SELECT rk AS key, count(*) AS n
+          FROM jobs AS j, unnest(j.running_keys) AS rk
+          WHERE j.state = 'running' AND rk = ANY (bounded)
+          GROUP BY rk) AS r;
+
+    at := clock_timestamp();
+    FOR limit_row IN
+        SELECT l.key, l.max_running, l.rate_per_second, l.burst, s.tokens, s.refilled_at
+        FROM job_limits AS l LEFT JOIN job_key_state AS s ON s.key = l.key
+        WHERE l.key = ANY (bounded)
+    LOOP
+        IF limit_row.max_running > 0 THEN
+            max_of := max_of || jsonb_build_object(limit_row.key, limit_row.max_running);
+        END IF;
+        IF limit_row.rate_per_second > 0 THEN
+            tokens_of := tokens_of || jsonb_build_object(limit_row.key, floor(jobs_bucket_tokens(
+                limit_row.rate_per_second, limit_row.burst, limit_row.tokens, limit_row.refilled_at, at)));
+        END IF;
+    END LOOP;
+
+    FOR c IN SELECT * FROM jobs_claim_candidates(candidate_ids, kind_keys) AS cc ORDER BY cc.ord LOOP
+        EXIT WHEN cardinality(admitted) >= max_jobs;
+        fits := true;
+        FOREACH k IN ARRAY c.keys LOOP
+            CONTINUE WHEN NOT k = ANY (bounded);
+            n := coalesce((running ->> k)::integer, 0) + coalesce((used ->> k)::integer, 0);
+            IF (max_of ? k AND n >= (max_of ->> k)::integer)
+               OR (tokens_of ? k AND coalesce((used ->> k)::integer, 0) >= (tokens_of ->> k)::integer)
+               OR EXISTS (SELECT 1 FROM unnest(c.own_keys, c.own_bounds) AS o(key, bound)
+                          WHERE o.key = k AND o.bound > 0 AND n >= o.bound) THEN
+                fits := false;
+                EXIT;
+            END IF;
+        END LOOP;
+        CONTINUE WHEN NOT fits;
+        PERFORM 1 FROM jobs AS j
+        WHERE j.job_id = c.job_id AND j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
+          AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+        FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        admitted := admitted || c.job_id;
+        FOREACH k IN ARRAY c.keys LOOP
+            IF k = ANY (bounded) THEN
+                used := used || jsonb_build_object(k, coalesce((used ->> k)::integer, 0) + 1);
+            END IF;
+        END LOOP;
+    END LOOP;
+
+    -- Tokens taken from each rate-limited key, by the clock the room was computed with.
+    INSERT INTO job_key_state AS s (key, tokens, refilled_at)
+    SELECT l.key,
+           jobs_bucket_tokens(l.rate_per_second, l.burst, s0.tokens, s0.refilled_at, at)
+               - coalesce((used ->> l.key)::integer, 0),
+           at
+    FROM job_limits AS l LEFT JOIN job_key_state AS s0 ON s0.key = l.key
+    WHERE l.key = ANY (bounded) AND l.rate_per_second > 0 AND used ? l.key
+    ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at;
+
+    RETURN QUERY
+    UPDATE jobs AS j
+    SET state = 'running',
+        attempts = j.attempts + 1,
+        fencing_token = j.fencing_token + 1,
+        lease_owner = worker_id,
+        lease_expires_at = clock_timestamp() + make_interval(secs => lease_seconds),
+        started_at = clock_timestamp(),
+        running_keys = cc.keys,
+        transition_actor = 'worker:' || worker_id,
+        transition_reason = 'claimed'
+    FROM jobs_claim_candidates(admitted, kind_keys) AS cc
+    WHERE j.job_id = cc.job_id
+    RETURNING j.job_id, j.tenant, j.kind, j.payload, j.attempts, j.max_attempts, j.fencing_token,
+              j.lease_expires_at, j.created_at, greatest(j.run_after, j.created_at), j.started_at,
+              j.traceparent, j.tracestate;
+END
+$$;
+
+CREATE FUNCTION public.jobs_claim_candidates(candidate_ids uuid[], kind_keys jsonb) RETURNS TABLE(ord bigint, job_id uuid, keys text[], own_keys text[], own_bounds integer[])
+    LANGUAGE sql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+        SELECT u.ord, j.job_id,
+               jobs_effective_keys(j.tenant, j.kind,
+                                   ARRAY(SELECT jsonb_array_elements_text(coalesce(kind_keys -> j.kind, '[]'))),
+                                   j.limit_keys),
+               j.limit_keys, j.limit_key_bounds
+        FROM unnest(candidate_ids) WITH ORDINALITY AS u(job_id, ord)
+        JOIN jobs AS j ON j.job_id = u.job_id
+    $$;
 
 CREATE FUNCTION public.jobs_delete_finished(job_ids uuid[], retention_seconds double precision) RETURNS SETOF uuid
     LANGUAGE sql SECURITY DEFINER
@@ -72,6 +213,19 @@ CREATE FUNCTION public.jobs_delete_finished(job_ids uuid[], retention_seconds do
         USING doomed AS d
         WHERE j.job_id = d.job_id
         RETURNING j.job_id
+    $$;
+
+CREATE FUNCTION public.jobs_effective_keys(tenant text, kind text, kind_keys text[], own_keys text[]) RETURNS text[]
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT ARRAY['kind:' || kind, 'tenant:' || tenant] || coalesce(kind_keys, '{}') || own_keys $$;
+
+CREATE FUNCTION public.jobs_hold_key(hold_key text, hold_until timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE sql
+    AS $$
+        INSERT INTO job_key_state AS s (key, held_until) VALUES (hold_key, hold_until)
+        ON CONFLICT (key) DO UPDATE
+            SET held_until = greatest(coalesce(s.held_until, EXCLUDED.held_until), EXCLUDED.held_until)
+        RETURNING held_until
     $$;
 
 CREATE FUNCTION public.jobs_next_state_after_failure(category public.error_category, cancel_requested boolean, attempts integer, max_attempts integer, deadline timestamp with time zone, retry_at timestamp with time zone, waiting_state public.job_state) RETURNS TABLE(next_state public.job_state, cause public.failure_cause)
@@ -189,6 +343,45 @@ CREATE FUNCTION public.jobs_tenant_visible(row_tenant text) RETURNS boolean
     LANGUAGE sql STABLE
     AS $$ SELECT row_tenant = coalesce(nullif(current_setting('jobs.tenant', true), ''), row_tenant) $$;
 
+CREATE FUNCTION public.jobs_waiting_reason(for_job uuid) RETURNS TABLE(reason text, key text)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+        WITH job AS (
+            SELECT j.job_id, j.kind, jobs_effective_keys(j.tenant, j.kind, jk.limit_keys, j.limit_keys) AS keys,
+                   j.limit_keys AS own_keys, j.limit_key_bounds AS own_bounds
+            FROM jobs AS j LEFT JOIN job_kinds AS jk ON jk.kind = j.kind
+            WHERE j.job_id = for_job AND jobs_tenant_visible(j.tenant)
+              AND j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
+        ), carried AS (
+            SELECT k.key, k.ord, coalesce(o.bound, 0) AS own_bound
+            FROM job, unnest(job.keys) WITH ORDINALITY AS k(key, ord)
+            LEFT JOIN unnest(job.own_keys, job.own_bounds) AS o(key, bound) ON o.key = k.key
+        ), running AS (
+            SELECT rk AS key, count(*) AS n
+            FROM jobs AS j, unnest(j.running_keys) AS rk
+            WHERE j.state = 'running' AND rk IN (SELECT key FROM carried)
+            GROUP BY rk
+        ), reasons AS (
+            SELECT 0 AS ord, 'kind_paused' AS reason, 'kind:' || job.kind AS key
+            FROM job WHERE EXISTS (SELECT 1 FROM kind_pauses AS p WHERE p.kind = job.kind)
+            UNION ALL
+            SELECT c.ord, CASE
+                WHEN s.held_until > clock_timestamp() THEN 'key_held'
+                WHEN (l.max_running > 0 AND coalesce(r.n, 0) >= l.max_running)
+                     OR (c.own_bound > 0 AND coalesce(r.n, 0) >= c.own_bound) THEN 'limit_running'
+                WHEN l.rate_per_second > 0
+                     AND jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at,
+                                            clock_timestamp()) < 1 THEN 'limit_rate'
+                END, c.key
+            FROM carried AS c
+            LEFT JOIN job_limits AS l ON l.key = c.key
+            LEFT JOIN job_key_state AS s ON s.key = c.key
+            LEFT JOIN running AS r ON r.key = c.key
+        )
+        SELECT reason, key FROM reasons WHERE reason IS NOT NULL ORDER BY ord LIMIT 1
+    $$;
+
 CREATE TABLE public.admin_actions (
     action_id bigint NOT NULL,
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
@@ -219,6 +412,16 @@ CREATE TABLE public.job_attempt_errors (
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
 
+CREATE TABLE public.job_checkpoints (
+    job_id uuid NOT NULL,
+    tenant text NOT NULL,
+    stage text NOT NULL,
+    data bytea NOT NULL,
+    attempt integer NOT NULL,
+    fencing_token bigint NOT NULL,
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
 CREATE TABLE public.job_events (
     job_id uuid NOT NULL,
     tenant text NOT NULL,
@@ -230,6 +433,14 @@ CREATE TABLE public.job_events (
     actor text NOT NULL,
     reason text NOT NULL,
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+CREATE TABLE public.job_key_state (
+    key text NOT NULL,
+    tokens double precision,
+    refilled_at timestamp with time zone,
+    held_until timestamp with time zone,
+    CONSTRAINT job_key_state_key_check CHECK (((length(key) >= 1) AND (length(key) <= 200)))
 );
 
 CREATE TABLE public.job_kind_publishers (
@@ -273,6 +484,18 @@ CREATE TABLE public.job_limits (
     CONSTRAINT job_limits_key_check CHECK (((length(key) >= 1) AND (length(key) <= 200))),
     CONSTRAINT job_limits_max_running_check CHECK ((max_running >= 0)),
     CONSTRAINT job_limits_rate_per_second_check CHECK (((rate_per_second >= (0)::double precision) AND (rate_per_second < 'Infinity'::double precision)))
+);
+
+CREATE TABLE public.job_progress (
+    job_id uuid NOT NULL,
+    tenant text NOT NULL,
+    fraction double precision NOT NULL,
+    message text DEFAULT ''::text NOT NULL,
+    attempt integer NOT NULL,
+    fencing_token bigint NOT NULL,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    revision bigint DEFAULT 1 NOT NULL,
+    CONSTRAINT job_progress_fraction_check CHECK (((fraction >= (0)::double precision) AND (fraction <= (1)::double precision)))
 );
 
 CREATE TABLE public.job_receipts (
@@ -331,9 +554,13 @@ CREATE TABLE public.jobs (
     traceparent text,
     tracestate text,
     duplicate_risk_accepted_attempt integer,
+    limit_keys text[] DEFAULT '{}'::text[] NOT NULL,
+    limit_key_bounds integer[] DEFAULT '{}'::integer[] NOT NULL,
+    running_keys text[] DEFAULT '{}'::text[] NOT NULL,
     CONSTRAINT jobs_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT jobs_backoff_base_seconds_check CHECK ((backoff_base_seconds >= (0)::double precision)),
     CONSTRAINT jobs_backoff_cap_seconds_check CHECK ((backoff_cap_seconds >= (0)::double precision)),
+    CONSTRAINT jobs_limit_key_bounds_match CHECK ((cardinality(limit_keys) = cardinality(limit_key_bounds))),
     CONSTRAINT jobs_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT jobs_resource_version_with_key CHECK (((resource_key IS NULL) = (resource_version IS NULL))),
     CONSTRAINT jobs_retry_budget_positive CHECK ((retry_budget >= 1)),
@@ -375,8 +602,14 @@ ALTER TABLE ONLY public.admin_actions
 ALTER TABLE ONLY public.job_attempt_errors
     ADD CONSTRAINT job_attempt_errors_pkey PRIMARY KEY (job_id, fencing_token);
 
+ALTER TABLE ONLY public.job_checkpoints
+    ADD CONSTRAINT job_checkpoints_pkey PRIMARY KEY (job_id, stage);
+
 ALTER TABLE ONLY public.job_events
     ADD CONSTRAINT job_events_pkey PRIMARY KEY (job_id, sequence);
+
+ALTER TABLE ONLY public.job_key_state
+    ADD CONSTRAINT job_key_state_pkey PRIMARY KEY (key);
 
 ALTER TABLE ONLY public.job_kind_publishers
     ADD CONSTRAINT job_kind_publishers_pkey PRIMARY KEY (kind, publisher);
@@ -386,6 +619,9 @@ ALTER TABLE ONLY public.job_kinds
 
 ALTER TABLE ONLY public.job_limits
     ADD CONSTRAINT job_limits_pkey PRIMARY KEY (key);
+
+ALTER TABLE ONLY public.job_progress
+    ADD CONSTRAINT job_progress_pkey PRIMARY KEY (job_id);
 
 ALTER TABLE ONLY public.job_receipts
     ADD CONSTRAINT job_receipts_pkey PRIMARY KEY (job_id, attempt, step);
@@ -430,7 +666,7 @@ CREATE UNIQUE INDEX jobs_idempotency_key_idx ON public.jobs USING btree (tenant,
 
 CREATE INDEX jobs_queue_gauge_idx ON public.jobs USING btree (state, finished_at) WHERE (state = ANY (ARRAY['blocked'::public.job_state, 'failed'::public.job_state, 'outcome_unknown'::public.job_state]));
 
-CREATE INDEX jobs_runnable_idx ON public.jobs USING btree (priority DESC, run_after, job_id) WHERE (state = ANY (ARRAY['pending'::public.job_state, 'retry_wait'::public.job_state]));
+CREATE INDEX jobs_runnable_idx ON public.jobs USING btree (kind, tenant, priority DESC, run_after, job_id) WHERE (state = ANY (ARRAY['pending'::public.job_state, 'retry_wait'::public.job_state]));
 
 CREATE INDEX jobs_running_lease_idx ON public.jobs USING btree (lease_expires_at) WHERE (state = 'running'::public.job_state);
 
@@ -457,12 +693,24 @@ CREATE TRIGGER jobs_settle_dependents AFTER UPDATE OF state ON public.jobs FOR E
 ALTER TABLE ONLY public.job_attempt_errors
     ADD CONSTRAINT job_attempt_errors_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
 
+ALTER TABLE ONLY public.job_checkpoints
+    ADD CONSTRAINT job_checkpoints_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.job_progress
+    ADD CONSTRAINT job_progress_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
 ALTER TABLE ONLY public.job_receipts
     ADD CONSTRAINT job_receipts_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
 
 ALTER TABLE public.job_attempt_errors ENABLE ROW LEVEL SECURITY;
 
 CREATE POLICY job_attempt_errors_api_tenant ON public.job_attempt_errors TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
+
+ALTER TABLE public.job_checkpoints ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY job_checkpoints_api_tenant ON public.job_checkpoints TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
+
+CREATE POLICY job_checkpoints_worker_read ON public.job_checkpoints FOR SELECT TO jobs_worker USING (true);
 
 ALTER TABLE public.job_events ENABLE ROW LEVEL SECURITY;
 
@@ -471,6 +719,10 @@ CREATE POLICY job_events_api_tenant ON public.job_events TO jobs_api USING (publ
 CREATE POLICY job_events_worker_insert ON public.job_events FOR INSERT TO jobs_worker WITH CHECK ((EXISTS ( SELECT 1
    FROM public.jobs j
   WHERE ((j.job_id = job_events.job_id) AND (j.tenant = job_events.tenant) AND (j.sequence = job_events.sequence) AND (j.state = job_events.to_state)))));
+
+ALTER TABLE public.job_progress ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY job_progress_api_tenant ON public.job_progress TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
 
 ALTER TABLE public.job_receipts ENABLE ROW LEVEL SECURITY;
 
@@ -521,12 +773,21 @@ GRANT ALL ON FUNCTION public.jobs_delete_finished(job_ids uuid[], retention_seco
 REVOKE ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) TO jobs_worker;
 
+REVOKE ALL ON FUNCTION public.jobs_waiting_reason(for_job uuid) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.jobs_waiting_reason(for_job uuid) TO jobs_api;
+
 GRANT SELECT,INSERT ON TABLE public.admin_actions TO jobs_api;
 
 GRANT SELECT,INSERT ON TABLE public.job_attempt_errors TO jobs_api;
 
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.job_checkpoints TO jobs_api;
+GRANT SELECT ON TABLE public.job_checkpoints TO jobs_worker;
+
 GRANT SELECT,INSERT ON TABLE public.job_events TO jobs_api;
 GRANT INSERT ON TABLE public.job_events TO jobs_worker;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.job_key_state TO jobs_worker;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.job_key_state TO jobs_api;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.job_kind_publishers TO jobs_worker;
 GRANT SELECT ON TABLE public.job_kind_publishers TO jobs_api;
@@ -536,6 +797,8 @@ GRANT SELECT,INSERT,UPDATE ON TABLE public.job_kinds TO jobs_api;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.job_limits TO jobs_api;
 GRANT SELECT ON TABLE public.job_limits TO jobs_worker;
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.job_progress TO jobs_api;
 
 GRANT SELECT ON TABLE public.job_receipts TO jobs_api;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.job_receipts TO jobs_worker;
@@ -568,6 +831,8 @@ GRANT UPDATE(last_error_message) ON TABLE public.jobs TO jobs_worker;
 GRANT UPDATE(transition_actor) ON TABLE public.jobs TO jobs_worker;
 
 GRANT UPDATE(transition_reason) ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(running_keys) ON TABLE public.jobs TO jobs_worker;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.kind_pauses TO jobs_api;
 GRANT SELECT ON TABLE public.kind_pauses TO jobs_worker;

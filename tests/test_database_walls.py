@@ -15,11 +15,12 @@ from api_service.usecases.kind_catalog import KindCatalog
 from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
+from shared.domain.checkpoints import Checkpoint, ProgressReport
 from shared.domain.errors import NotFound
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import Completion, JobState, LeaseRef, ListFilter, ReportOutcome
 from shared.domain.submission_rules import SubmissionLimits
-from shared.storage import lease_store, queries, receipt_store, retention
+from shared.storage import checkpoint_store, lease_store, queries, receipt_store, retention
 from shared.storage.database import Database, PoolSettings, set_tenant
 from tests import factories
 from tests.database_roles import ServiceLogins
@@ -400,3 +401,31 @@ async def test_every_transition_a_worker_makes_still_works_as_the_worker_role(db
     assert [(t.job_id, t.state) for t in past_deadline] == [(overdue.job_id, JobState.FAILED)]
     assert sync_db.job(dependent.job_id)["state"] == "failed"
     assert reclaimed.job_id == again.job_id and reclaimed.attempt == 2
+
+
+async def test_checkpoints_and_progress_are_walled_and_written_only_through_the_api_role(
+    db, api_db, worker_db, sync_db
+):
+    await factories.published_kinds(db)
+    submissions = SubmissionService(api_db, KindCatalog(api_db), SubmissionLimits())
+    mine = (await submissions.submit(ACME, "tenant:acme", factories.new_job())).job
+    (claimed,) = await factories.claim(worker_db, limit=1)
+    lease = LeaseRef(claimed.job_id, claimed.fencing_token)
+    reports = WorkerReports(api_db, Rejections(), lease_max_seconds=60)
+    assert isinstance(await reports.record_checkpoint("w", lease, "extract", b"uri"), Checkpoint)
+    assert await reports.report_progress([ProgressReport(lease, 0.5, "half")]) == [ReportOutcome.ACCEPTED]
+
+    async with worker_db.transaction() as conn:  # what the next claim reads, as the worker role
+        assert [c.stage for c in (await checkpoint_store.for_jobs(conn, [mine.job_id]))[mine.job_id]] == ["extract"]
+    await _refused_or_untouched(
+        worker_db,
+        "INSERT INTO job_checkpoints (job_id, tenant, stage, data, attempt, fencing_token)"
+        " VALUES (%s::uuid, 'acme', 'forged', '', 1, 1)",
+        (mine.job_id,),
+    )
+    seen = await JobQueries(api_db).get_job(ACME, mine.job_id)
+    assert [c.stage for c in seen.checkpoints] == ["extract"] and seen.progress is not None
+    async with api_db.transaction(GLOBEX) as conn:
+        for table in ("job_checkpoints", "job_progress"):
+            cur = await conn.execute(f"SELECT count(*) AS n FROM {table}")  # noqa: S608 - a fixed name
+            assert (await cur.fetchone())["n"] == 0, table

@@ -201,4 +201,37 @@ def test_the_example_handler_package_installs_and_its_kinds_load(tmp_path: Path)
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True
     )
-    assert done.stdout.strip() == "['example.digest', 'example.thumbnail'] process ('provider:images',)"
+    assert done.stdout.strip() == (
+        "['example.digest', 'example.document', 'example.thumbnail'] process ('provider:images',)"
+    )
+
+
+def test_the_example_document_pipeline_resumes_after_its_checkpointed_stages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempt 2 starts with attempt 1's first two stages checkpointed: it never reads the upload again."""
+    monkeypatch.syspath_prepend(str(EXAMPLE_HANDLERS))
+    from example_handlers.documents import kinds  # type: ignore[import-not-found]  # on the path from here on
+
+    from shared.handlers import HandlerRegistry
+    from shared.handlers.testing import MemoryProgress, context_for
+
+    registry = HandlerRegistry()
+    kinds.register(registry)
+    spec = registry.get("example.document")
+    assert spec is not None
+    process_document = spec.handler
+
+    upload = tmp_path / "upload.txt"
+    upload.write_text("first paragraph\n\nsecond paragraph")
+    payload = json.dumps({"upload": str(upload), "store": str(tmp_path / "store")}).encode()
+    first = context_for(payload, attempt=1)
+    process_document(first)
+    upload.unlink()  # a stage that ran again would fail PERMANENT now
+    done = {stage: first.checkpoints[stage].json() for stage in ("upload_check", "extract_text")}
+    second = context_for(payload, attempt=2, checkpoints=done)
+    result = json.loads(process_document(second))  # type: ignore[arg-type]  # a plain def: bytes
+    assert result["upload_check"] == done["upload_check"] and result["embeddings"]["count"] == 2
+    assert [stage for stage, c in second.checkpoints.items() if c.attempt == 2] == ["embeddings", "publish_index"]
+    assert isinstance(second.progress_sink, MemoryProgress)
+    assert second.progress_sink.reports[-1] == (1.0, "publish_index")

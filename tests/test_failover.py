@@ -11,21 +11,18 @@ server that stopped taking writes is replaced rather than kept.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-import psycopg
 import pytest
 
 from jobs.v1 import jobs_pb2
 from shared.domain.errors import Unavailable
 from shared.storage.database import Database, PoolSettings
 from shared.storage.migrator import migrate
+from tests.acknowledged_load import OPEN_JOBS, TERMINAL, Ledger, audit, client_loop, count, create_service_logins
 from tests.auto_failover import Formation, Node
 from tests.process_fixtures import ServiceStack, free_port, wait_until
 
@@ -37,24 +34,7 @@ ACKS_AFTER_PROMOTION = 150
 # Generous bounds for a busy two-core machine; the waits end as soon as their condition holds.
 PHASE_TIMEOUT_SECONDS = 120
 SETTLE_SECONDS = 120
-INDETERMINATE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
-TERMINAL = ("succeeded", "failed", "cancelled", "superseded")
 VISIBLY_WAITING = ("pending", "blocked", "running", "retry_wait", "outcome_unknown")
-
-
-@dataclass
-class Ledger:
-    """What the clients were told, shared by their threads."""
-
-    # (tenant, key) -> (job id, monotonic time of the first attempt, of the acknowledgment)
-    acknowledged: dict[tuple[str, str], tuple[str, float, float]] = field(default_factory=dict)
-    retries: int = 0
-    unexpected: list[tuple[str, str, str | None]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def count(self, since: float = 0.0) -> int:
-        with self.lock:
-            return sum(1 for _, _, acked in self.acknowledged.values() if acked >= since)
 
 
 async def test_a_pooled_connection_to_a_server_that_stopped_taking_writes_is_replaced(database_url: str) -> None:
@@ -94,55 +74,8 @@ def _prepare(formation: Formation) -> str:
     primary = formation.primary()
     assert primary is not None
     migrate(formation.admin_url(primary))
-    with psycopg.connect(formation.admin_url(primary), autocommit=True) as admin:
-        admin.execute("CREATE ROLE api_login LOGIN IN ROLE jobs_api")
-        admin.execute("CREATE ROLE worker_login LOGIN IN ROLE jobs_worker")
+    create_service_logins(formation.admin_url(primary))
     return formation.url("postgres")
-
-
-def _client_loop(stack: ServiceStack, index: int, stop: threading.Event, ledger: Ledger) -> None:
-    tenant = ("acme", "globex")[index % 2]
-    client = stack.tenant(tenant)
-    number = 0
-    while not stop.is_set():
-        number += 1
-        key = f"client{index}-{number}"
-        slow = number % 10 == 0
-        request = jobs_pb2.SubmitJobRequest(
-            kind="sleep" if slow else "echo",
-            payload=b'{"seconds": 0.3}' if slow else key.encode(),
-            idempotency_key=key,
-            max_attempts=50,
-        )
-        first_sent = time.monotonic()
-        delay = 0.05
-        # Once acknowledged, a key is never abandoned: an indeterminate answer is resubmitted until it is
-        # definite, even after the test asked the clients to stop.
-        while True:
-            try:
-                response = client.stub.SubmitJob(request, metadata=client.metadata, timeout=5)
-            except grpc.RpcError as error:
-                if error.code() not in INDETERMINATE:
-                    with ledger.lock:
-                        ledger.unexpected.append((key, error.code().name, error.details()))
-                    break
-                with ledger.lock:
-                    ledger.retries += 1
-                time.sleep(delay * random.uniform(0.5, 1.0))
-                delay = min(delay * 2, 1.0)
-                continue
-            with ledger.lock:
-                ledger.acknowledged[(tenant, key)] = (response.job.job_id, first_sent, time.monotonic())
-            break
-        time.sleep(CLIENT_PAUSE_SECONDS)
-
-
-def _count(url: str, query: str, params: tuple = ()) -> int:
-    try:
-        with psycopg.connect(url) as conn:
-            return conn.execute(query, params).fetchone()[0]
-    except psycopg.OperationalError:
-        return -1
 
 
 def _longest_gap(times: list[float]) -> float:
@@ -167,7 +100,12 @@ def test_losing_the_primary_loses_no_acknowledged_job_and_publishes_nothing_twic
         ]
         ledger = Ledger()
         threads = [
-            threading.Thread(target=_client_loop, args=(stack, i, stop, ledger), daemon=True) for i in range(CLIENTS)
+            threading.Thread(
+                target=client_loop,
+                args=(stack, i, lambda: not stop.is_set(), ledger, CLIENT_PAUSE_SECONDS),
+                daemon=True,
+            )
+            for i in range(CLIENTS)
         ]
         for thread in threads:
             thread.start()
@@ -201,45 +139,33 @@ def test_losing_the_primary_loses_no_acknowledged_job_and_publishes_nothing_twic
             thread.join(PHASE_TIMEOUT_SECONDS)
             assert not thread.is_alive(), thread.name
 
-        open_jobs = f"SELECT count(*) FROM jobs WHERE state::text NOT IN {TERMINAL}"
         wait_until(
-            lambda: _count(owner_url, open_jobs) == 0,
+            lambda: count(owner_url, OPEN_JOBS) == 0,
             timeout=SETTLE_SECONDS,
             interval=0.5,
             what="every job to reach a terminal state",
         )
-        with psycopg.connect(owner_url) as conn:
-            rows = conn.execute("SELECT tenant, idempotency_key, job_id::text, state::text FROM jobs").fetchall()
-            published_twice = conn.execute(
-                "SELECT count(*) FROM (SELECT job_id FROM job_events WHERE to_state = 'succeeded'"
-                " GROUP BY job_id HAVING count(*) > 1) AS twice"
-            ).fetchone()[0]
-            results = conn.execute("SELECT count(*) FROM job_results").fetchone()[0]
-        stored: dict[tuple[str, str], list[tuple[str, str]]] = {}
-        for tenant, key, job_id, state in rows:
-            stored.setdefault((tenant, key), []).append((job_id, state))
+        found = audit(owner_url, ledger)
         acknowledged = dict(ledger.acknowledged)
-        lost = [k for k, (job_id, _, _) in acknowledged.items() if [j for j, _ in stored.get(k, [])] != [job_id]]
-        not_succeeded = [k for k in acknowledged if k not in lost and stored[k][0][1] != "succeeded"]
-        succeeded = sum(1 for versions in stored.values() for _, state in versions if state == "succeeded")
-        unsettled = [state for versions in stored.values() for _, state in versions if state not in TERMINAL]
-        during = [k for k, (_, sent, acked) in acknowledged.items() if sent < promoted_at and acked >= killed_at]
-        without_service = _longest_gap([acked for _, _, acked in acknowledged.values()])
+        during = [
+            k for k, ack in acknowledged.items() if ack.first_sent < promoted_at and ack.acknowledged_at >= killed_at
+        ]
+        without_service = _longest_gap([ack.acknowledged_at for ack in acknowledged.values()])
 
         # Printed past pytest's capture: these counts are what a failover run is reported by.
         with capsys.disabled():
             print(
                 f"\nfailover: {old_primary.name} killed, {new_primary.name} promoted after "
                 f"{promoted_at - killed_at:.1f}s; acknowledged {len(acknowledged)} "
-                f"(during the failover {len(during)}), client retries {ledger.retries}, lost {len(lost)}, "
-                f"not succeeded {len(not_succeeded)}, results published twice {published_twice}, "
-                f"seconds without service {without_service:.1f}; rows {len(rows)}, results {results}"
+                f"(during the failover {len(during)}), client retries {ledger.retries}, lost {len(found.lost)}, "
+                f"not succeeded {len(found.not_succeeded)}, results published twice {found.published_twice}, "
+                f"seconds without service {without_service:.1f}; rows {len(found.rows)}, results {found.results}"
             )
         assert ledger.unexpected == []
-        assert lost == []
-        assert not_succeeded == []
-        assert unsettled == [] and all(state in TERMINAL + VISIBLY_WAITING for _, _, _, state in rows)
-        assert published_twice == 0 and results == succeeded
+        assert found.lost == []
+        assert found.not_succeeded == []
+        assert found.unsettled == [] and all(state in TERMINAL + VISIBLY_WAITING for _, _, _, state in found.rows)
+        assert found.published_twice == 0 and found.results == found.succeeded
         assert during, "some submissions should have been answered across the failover"
 
         # The same processes serve from the new primary, wake-ups and WatchJob listening there again.
@@ -247,7 +173,7 @@ def test_losing_the_primary_loses_no_acknowledged_job_and_publishes_nothing_twic
             assert process.popen.poll() is None, f"{process.name} exited"
         listeners = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'jobs-listener'"
         wait_until(
-            lambda: _count(formation.admin_url(new_primary), listeners) == 3,
+            lambda: count(formation.admin_url(new_primary), listeners) == 3,
             timeout=60,
             interval=0.5,
             what="the API's and both workers' listeners on the new primary",

@@ -53,6 +53,8 @@ ALLOWED = {
     "CompleteJobs": REFUSALS | {C.OK},
     "FailJob": REFUSALS | {C.FAILED_PRECONDITION},
     "ReleaseJob": REFUSALS | {C.FAILED_PRECONDITION},
+    "FailJobs": REFUSALS | {C.OK},
+    "ReleaseJobs": REFUSALS | {C.OK},
     "Check": REFUSALS | {C.OK},
 }
 LEAKS = re.compile(
@@ -357,7 +359,7 @@ def test_hostile_requests_get_clean_refusals_and_change_nothing_accepted(service
     ):
         hypothesis_run(frames, job(method), RAW_FRAMES_PER_METHOD)
     hypothesis_run(frames, job("WatchJob", stream=True), RAW_FRAMES_PER_METHOD)
-    for method in ("Heartbeat", "CompleteJob", "CompleteJobs", "FailJob", "ReleaseJob"):
+    for method in ("Heartbeat", "CompleteJob", "CompleteJobs", "FailJob", "ReleaseJob", "FailJobs", "ReleaseJobs"):
         hypothesis_run(frames, work(method), RAW_FRAMES_PER_METHOD)
     hypothesis_run(frames, lambda r: storm.call("grpc.health.v1.Health", "Check", r, None), RAW_FRAMES_PER_METHOD)
 

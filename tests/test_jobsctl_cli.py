@@ -474,7 +474,8 @@ def test_lifecycle_commands_parse() -> None:
     assert _parse("watch", "j", "--after-sequence", "4", "--max-wait", "2").after_sequence == 4
     assert _parse("cancel", "j", "--reason", "r").reason == "r"
     retry = _parse("retry", "j", "--accept-duplicate-risk")
-    assert (retry.accept_duplicate_risk, retry.reason) == (True, "")
+    assert (retry.accept_duplicate_risk, retry.reason, retry.clear_checkpoints) == (True, "", False)
+    assert _parse("retry", "j", "--clear-checkpoints").clear_checkpoints
     assert _parse("events", "j").job_id == "j"
     assert _parse("dev").command == "dev"
 

@@ -65,6 +65,22 @@ def _pooled_env(bouncer: PrivatePgBouncer, database_url: str, role: str, *, dire
     return env
 
 
+def _start_through(
+    bouncer: PrivatePgBouncer,
+    stack: ServiceStack,
+    logins: ServiceLogins,
+    database_url: str,
+    *,
+    direct: bool,
+    **api_env: str,
+) -> None:
+    """The API and two workers connected through the pooler, with or without direct session URLs."""
+    stack.start_api(**_pooled_env(bouncer, database_url, logins.api, direct=direct), **api_env)
+    worker_env = _pooled_env(bouncer, database_url, logins.worker, direct=direct)
+    for name in ("w1", "w2"):
+        stack.start_worker(name, **worker_env, JOBS_WORKER_CONCURRENCY="8")
+
+
 def _wait_state(client: TenantClient, job_id: str, state: int, timeout: float = 60) -> None:
     wait_until(lambda: client.get(job_id).state == state, timeout=timeout, interval=0.1, what=f"{S.Name(state)}")
 
@@ -137,12 +153,9 @@ def _direct_sessions(database_url: str) -> list[tuple[str, str]]:
 def test_the_core_runs_through_pgbouncer_and_sessions_connect_directly(
     pgbouncer: PrivatePgBouncer, service_stack: ServiceStack, service_logins: ServiceLogins, database_url: str
 ) -> None:
-    api_env = _pooled_env(pgbouncer, database_url, service_logins.api, direct=True)
-    worker_env = _pooled_env(pgbouncer, database_url, service_logins.worker, direct=True)
-    service_stack.start_api(**api_env, JOBS_METRICS_REFRESH_SECONDS="0.5")
-    for name in ("w1", "w2"):
-        service_stack.start_worker(name, **worker_env, JOBS_WORKER_CONCURRENCY="8")
-
+    _start_through(
+        pgbouncer, service_stack, service_logins, database_url, direct=True, JOBS_METRICS_REFRESH_SECONDS="0.5"
+    )
     _run_the_core(service_stack)
 
     admin = urlsplit(database_url).username or "postgres"
@@ -173,13 +186,8 @@ def test_the_core_runs_through_pgbouncer_and_sessions_connect_directly(
 def test_without_a_direct_url_workers_and_watch_poll_through_the_pooler(
     pgbouncer: PrivatePgBouncer, service_stack: ServiceStack, service_logins: ServiceLogins, database_url: str
 ) -> None:
-    api_env = _pooled_env(pgbouncer, database_url, service_logins.api, direct=False)
-    worker_env = _pooled_env(pgbouncer, database_url, service_logins.worker, direct=False)
     # No gauges: the exporter lock needs a session (the settings refuse metrics without one, below).
-    service_stack.start_api(**api_env, JOBS_METRICS_LISTEN="")
-    for name in ("w1", "w2"):
-        service_stack.start_worker(name, **worker_env, JOBS_WORKER_CONCURRENCY="8")
-
+    _start_through(pgbouncer, service_stack, service_logins, database_url, direct=False, JOBS_METRICS_LISTEN="")
     _run_the_core(service_stack)
 
     assert _direct_sessions(database_url) == []

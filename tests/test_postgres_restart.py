@@ -9,19 +9,17 @@ NOT_SERVING while the database was down, and the same service processes serve ag
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
 import psycopg
 import pytest
 
 from jobs.v1 import jobs_pb2
 from shared.storage.migrator import migrate
+from tests.acknowledged_load import OPEN_JOBS, Ledger, audit, client_loop, count, create_service_logins
 from tests.private_postgres import PrivatePostgres
 from tests.process_fixtures import ServiceStack, free_port, wait_until
 
@@ -33,19 +31,7 @@ CLIENT_PAUSE_SECONDS = 0.03
 DOWN_SECONDS = 4.0
 # (seconds into the run, what happens)
 CHAOS_PLAN = [(15, "terminate"), (28, "crash"), (48, "terminate"), (62, "crash"), (82, "terminate"), (96, "crash")]
-INDETERMINATE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
-TERMINAL = ("succeeded", "failed", "cancelled", "superseded")
 SETTLE_SECONDS = 150
-
-
-@dataclass
-class Ledger:
-    """What the clients were told, shared by their threads."""
-
-    acknowledged: dict[tuple[str, str], str] = field(default_factory=dict)  # (tenant, key) -> job id
-    retries: int = 0
-    unexpected: list[tuple[str, str, str]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 @pytest.fixture
@@ -65,45 +51,9 @@ def _prepare(server: PrivatePostgres) -> tuple[str, str, str]:
         admin.execute("CREATE DATABASE jobs")
     owner_url = server.admin_url("jobs")
     migrate(owner_url)
-    with psycopg.connect(owner_url, autocommit=True) as admin:
-        admin.execute("CREATE ROLE api_login LOGIN IN ROLE jobs_api")
-        admin.execute("CREATE ROLE worker_login LOGIN IN ROLE jobs_worker")
+    create_service_logins(owner_url)
     base = f"127.0.0.1:{server.port}/jobs?connect_timeout=2"
     return owner_url, f"postgresql://api_login@{base}", f"postgresql://worker_login@{base}"
-
-
-def _client_loop(stack: ServiceStack, index: int, stop_at: float, ledger: Ledger) -> None:
-    tenant = ("acme", "globex")[index % 2]
-    client = stack.tenant(tenant)
-    number = 0
-    while time.monotonic() < stop_at:
-        number += 1
-        key = f"client{index}-{number}"
-        slow = number % 10 == 0
-        request = jobs_pb2.SubmitJobRequest(
-            kind="sleep" if slow else "echo",
-            payload=b'{"seconds": 0.3}' if slow else key.encode(),
-            idempotency_key=key,
-            max_attempts=50,
-        )
-        delay = 0.05
-        while True:
-            try:
-                response = client.stub.SubmitJob(request, metadata=client.metadata, timeout=5)
-            except grpc.RpcError as error:
-                if error.code() not in INDETERMINATE:
-                    with ledger.lock:
-                        ledger.unexpected.append((key, error.code().name, error.details() or ""))
-                    break
-                with ledger.lock:
-                    ledger.retries += 1
-                time.sleep(delay * random.uniform(0.5, 1.0))  # backoff between retries of one key
-                delay = min(delay * 2, 1.0)
-                continue
-            with ledger.lock:
-                ledger.acknowledged[(tenant, key)] = response.job.job_id
-            break
-        time.sleep(CLIENT_PAUSE_SECONDS)
 
 
 def _chaos(server: PrivatePostgres, stack: ServiceStack, started: float, record: dict[str, list]) -> None:
@@ -122,11 +72,6 @@ def _chaos(server: PrivatePostgres, stack: ServiceStack, started: float, record:
         server.start()
 
 
-def _count(url: str, query: str, params: tuple = ()) -> int:
-    with psycopg.connect(url) as conn:
-        return conn.execute(query, params).fetchone()[0]
-
-
 def test_postgres_crashes_and_killed_sessions_lose_no_acknowledged_job(
     private_postgres: PrivatePostgres, tmp_path: Path
 ) -> None:
@@ -140,8 +85,13 @@ def test_postgres_crashes_and_killed_sessions_lose_no_acknowledged_job(
         ledger = Ledger()
         record: dict[str, list] = {"terminated": [], "health_while_down": []}
         started = time.monotonic()
+        stop_at = started + RUN_SECONDS
         threads = [
-            threading.Thread(target=_client_loop, args=(stack, i, started + RUN_SECONDS, ledger), daemon=True)
+            threading.Thread(
+                target=client_loop,
+                args=(stack, i, lambda: time.monotonic() < stop_at, ledger, CLIENT_PAUSE_SECONDS),
+                daemon=True,
+            )
             for i in range(CLIENTS)
         ]
         threads.append(threading.Thread(target=_chaos, args=(private_postgres, stack, started, record), daemon=True))
@@ -153,36 +103,25 @@ def test_postgres_crashes_and_killed_sessions_lose_no_acknowledged_job(
         run_seconds = time.monotonic() - started
 
         wait_until(
-            lambda: _count(owner_url, f"SELECT count(*) FROM jobs WHERE state::text NOT IN {TERMINAL}") == 0,
+            lambda: count(owner_url, OPEN_JOBS) == 0,
             timeout=SETTLE_SECONDS,
             interval=1.0,
             what="every job to reach a terminal state",
         )
-        with psycopg.connect(owner_url) as conn:
-            rows = conn.execute("SELECT tenant, idempotency_key, job_id::text, state::text FROM jobs").fetchall()
-            published_twice = conn.execute(
-                "SELECT count(*) FROM (SELECT job_id FROM job_events WHERE to_state = 'succeeded'"
-                " GROUP BY job_id HAVING count(*) > 1) AS twice"
-            ).fetchone()[0]
-            results = conn.execute("SELECT count(*) FROM job_results").fetchone()[0]
-        stored: dict[tuple[str, str], list[tuple[str, str]]] = {}
-        for tenant, key, job_id, state in rows:
-            stored.setdefault((tenant, key), []).append((job_id, state))
-        lost = [k for k, job_id in ledger.acknowledged.items() if [j for j, _ in stored.get(k, [])] != [job_id]]
-        not_succeeded = [k for k in ledger.acknowledged if stored[k][0][1] != "succeeded"] if not lost else []
-        succeeded = sum(1 for versions in stored.values() for _, state in versions if state == "succeeded")
+        found = audit(owner_url, ledger)
 
         print(
             f"\nrestart run: {run_seconds:.0f}s, {len(record['health_while_down'])} crashes, sessions killed "
             f"{record['terminated']}; acknowledged {len(ledger.acknowledged)}, client retries {ledger.retries}, "
-            f"lost {len(lost)}, not succeeded {len(not_succeeded)}, results published twice {published_twice}, "
-            f"rows {len(rows)}, results {results}, health while down {record['health_while_down']}"
+            f"lost {len(found.lost)}, not succeeded {len(found.not_succeeded)}, "
+            f"results published twice {found.published_twice}, rows {len(found.rows)}, results {found.results}, "
+            f"health while down {record['health_while_down']}"
         )
         assert ledger.unexpected == []
         assert len(ledger.acknowledged) > 1000
-        assert lost == []
-        assert not_succeeded == []
-        assert published_twice == 0 and results == succeeded
+        assert found.lost == []
+        assert found.not_succeeded == []
+        assert found.published_twice == 0 and found.results == found.succeeded
         assert len(record["health_while_down"]) == 3 and all(record["terminated"])
         assert all("NOT_SERVING" in seen for seen in record["health_while_down"])
 

@@ -1,4 +1,5 @@
-"""WorkerService calls with the worker's credential. gRPC errors become the worker's own outcomes here."""
+"""WorkerService calls with the worker's credential. Refusals arrive as values in the batch answers
+(CompleteJobs, FailJobs, ReleaseJobs); gRPC errors become the worker's own exceptions here."""
 
 from __future__ import annotations
 
@@ -13,8 +14,17 @@ import grpc
 from google.protobuf.message import Message
 
 from jobs.v1 import worker_pb2, worker_pb2_grpc
-from shared.domain.jobs import Completion, JobError, JobState, LeaseRef, LeaseStatus, ReportOutcome
-from shared.rpc_error_details import rpc_error_details
+from shared.domain.checkpoints import Checkpoint, ProgressReport
+from shared.domain.jobs import (
+    Completion,
+    FailureReport,
+    JobState,
+    LeaseRef,
+    LeaseStatus,
+    ReleaseReport,
+    ReportOutcome,
+)
+from shared.handlers.api import CheckpointRefused
 from worker_service import convert
 from worker_service.transport_security import ClientTlsFiles
 
@@ -22,11 +32,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _INDETERMINATE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
-_REFUSALS = {
-    "LEASE_LOST": ReportOutcome.LEASE_LOST,
-    "JOB_CANCELLED": ReportOutcome.JOB_CANCELLED,
-    "JOB_SUPERSEDED": ReportOutcome.JOB_SUPERSEDED,
-}
 CALL_TIMEOUT_SECONDS = 10.0
 # Retries of an indeterminate failure back off from the first delay, doubling up to the cap.
 RETRY_DELAY_FIRST_SECONDS = 0.05
@@ -39,12 +44,6 @@ class ApiUnreachable(Exception):
 
 class CredentialRejected(Exception):
     """The API refused the worker token: a configuration error, not worth retrying."""
-
-
-def _refusal(error: grpc.aio.AioRpcError) -> ReportOutcome | None:
-    """The fencing refusal a FAILED_PRECONDITION carries in its ErrorInfo, if it is one."""
-    details = rpc_error_details(error)
-    return _REFUSALS.get(details.reason) if details is not None else None
 
 
 class ApiClient:
@@ -61,9 +60,7 @@ class ApiClient:
     async def close(self) -> None:
         await self._channel.close()
 
-    async def _call(
-        self, method: Callable[..., Awaitable[T]], request: Message, *, deadline: float
-    ) -> T | ReportOutcome:
+    async def _call(self, method: Callable[..., Awaitable[T]], request: Message, *, deadline: float) -> T:
         """Retries indeterminate failures with jittered backoff until `deadline` (monotonic)."""
         delay = RETRY_DELAY_FIRST_SECONDS
         while True:
@@ -73,10 +70,6 @@ class ApiClient:
                 return response
             except grpc.aio.AioRpcError as error:
                 code = error.code()
-                refusal = _refusal(error) if code == grpc.StatusCode.FAILED_PRECONDITION else None
-                if refusal is not None:
-                    self.reachable.set()
-                    return refusal
                 if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                     raise CredentialRejected(error.details()) from None
                 if code not in _INDETERMINATE:
@@ -92,30 +85,56 @@ class ApiClient:
     ) -> list[LeaseStatus]:
         request = convert.heartbeat_request(self._worker_id, leases, extend_by_seconds)
         response = await self._call(self._stub.Heartbeat, request, deadline=deadline)
-        assert not isinstance(response, ReportOutcome)  # Heartbeat answers per lease, never refuses whole
         return [convert.lease_status_from_proto(s) for s in response.leases]
 
     async def complete_many(self, completions: list[Completion], *, deadline: float) -> list[ReportOutcome]:
         response = await self._call(
             self._stub.CompleteJobs, convert.complete_jobs_request(completions), deadline=deadline
         )
-        if isinstance(response, ReportOutcome):
-            return [response] * len(completions)
         return [convert.outcome_from_proto(o.outcome) for o in response.outcomes]
 
-    async def fail(self, lease: LeaseRef, error: JobError, *, deadline: float) -> JobState | ReportOutcome:
-        response = await self._call(self._stub.FailJob, convert.fail_job_request(lease, error), deadline=deadline)
-        if isinstance(response, ReportOutcome):
-            return response
-        return convert.state_from_proto(response.state) or JobState.FAILED
+    async def fail_many(self, reports: list[FailureReport], *, deadline: float) -> list[JobState | ReportOutcome]:
+        response = await self._call(self._stub.FailJobs, convert.fail_jobs_request(reports), deadline=deadline)
+        return [convert.accepted_state_from_proto(o.outcome, o.state, JobState.FAILED) for o in response.outcomes]
+
+    async def fail(self, report: FailureReport, *, deadline: float) -> JobState | ReportOutcome:
+        (outcome,) = await self.fail_many([report], deadline=deadline)
+        return outcome
+
+    async def release_many(self, reports: list[ReleaseReport], *, deadline: float) -> list[JobState | ReportOutcome]:
+        response = await self._call(self._stub.ReleaseJobs, convert.release_jobs_request(reports), deadline=deadline)
+        return [convert.accepted_state_from_proto(o.outcome, o.state, JobState.PENDING) for o in response.outcomes]
 
     async def release(
         self, lease: LeaseRef, *, started: bool, reason: str, deadline: float
     ) -> JobState | ReportOutcome:
-        request = worker_pb2.ReleaseJobRequest(
-            job_id=lease.job_id, fencing_token=lease.fencing_token, started=started, reason=reason
+        (outcome,) = await self.release_many([ReleaseReport(lease, started, reason)], deadline=deadline)
+        return outcome
+
+    async def record_checkpoint(
+        self, lease: LeaseRef, stage: str, data: bytes, *, deadline: float
+    ) -> Checkpoint | ReportOutcome:
+        """The stored checkpoint or the fencing refusal; CheckpointRefused when it is out of bounds."""
+        request = worker_pb2.RecordCheckpointRequest(
+            job_id=lease.job_id, fencing_token=lease.fencing_token, stage=stage, data=data
         )
-        response = await self._call(self._stub.ReleaseJob, request, deadline=deadline)
+        try:
+            response = await self._call(self._stub.RecordCheckpoint, request, deadline=deadline)
+        except grpc.aio.AioRpcError as error:
+            if error.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
+                raise CheckpointRefused(f"checkpoint {stage[:64]!r}: {error.details()}") from None
+            raise
         if isinstance(response, ReportOutcome):
             return response
-        return convert.state_from_proto(response.state) or JobState.PENDING
+        outcome = convert.outcome_from_proto(response.outcome)
+        if outcome is not ReportOutcome.ACCEPTED:
+            return outcome
+        return convert.checkpoint_from_proto(response.checkpoint)
+
+    async def report_progress(self, reports: list[ProgressReport], *, deadline: float) -> list[ReportOutcome]:
+        response = await self._call(
+            self._stub.ReportProgress, convert.report_progress_request(reports), deadline=deadline
+        )
+        if isinstance(response, ReportOutcome):
+            return [response] * len(reports)
+        return [convert.outcome_from_proto(o.outcome) for o in response.outcomes]

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 from typing import cast
 
 from google.protobuf import duration_pb2
 
 from jobs.v1 import jobs_pb2, worker_pb2
+from shared.domain.checkpoints import Checkpoint, ProgressReport
 from shared.domain.ids import FencingToken, JobId
-from shared.domain.jobs import Completion, ErrorCategory, JobError, JobState, LeaseRef, LeaseStatus, ReportOutcome
+from shared.domain.jobs import (
+    Completion,
+    ErrorCategory,
+    FailureReport,
+    JobState,
+    LeaseRef,
+    LeaseStatus,
+    ReleaseReport,
+    ReportOutcome,
+)
 
 # The generated .pyi types an enum's Value() as int but its fields as the enum class; at run time both
 # are the same int, so the table says which it holds.
@@ -54,15 +64,65 @@ def outcome_from_proto(number: int) -> ReportOutcome:
     return _OUTCOME_FROM_PROTO.get(number, ReportOutcome.LEASE_LOST)
 
 
-def fail_job_request(lease: LeaseRef, error: JobError) -> worker_pb2.FailJobRequest:
-    return worker_pb2.FailJobRequest(
-        job_id=lease.job_id,
-        fencing_token=lease.fencing_token,
+def fail_job_request(report: FailureReport) -> worker_pb2.FailJobRequest:
+    error = report.error
+    request = worker_pb2.FailJobRequest(
+        job_id=report.lease.job_id,
+        fencing_token=report.lease.fencing_token,
         error=jobs_pb2.JobError(
             category=_CATEGORY_TO_PROTO[error.category], message=error.message, traceback=error.traceback
         ),
     )
+    if report.hint is not None:
+        request.retry_after.FromTimedelta(timedelta(seconds=report.hint.after_seconds))
+        request.pushed_back = report.hint.pushed_back
+        request.limit_key = report.hint.limit_key or ""
+    return request
+
+
+def fail_jobs_request(reports: list[FailureReport]) -> worker_pb2.FailJobsRequest:
+    return worker_pb2.FailJobsRequest(failures=[fail_job_request(r) for r in reports])
+
+
+def release_jobs_request(reports: list[ReleaseReport]) -> worker_pb2.ReleaseJobsRequest:
+    return worker_pb2.ReleaseJobsRequest(
+        releases=[
+            worker_pb2.ReleaseJobRequest(
+                job_id=r.lease.job_id, fencing_token=r.lease.fencing_token, started=r.started, reason=r.reason
+            )
+            for r in reports
+        ]
+    )
+
+
+def accepted_state_from_proto(outcome: int, state: int, default: JobState) -> JobState | ReportOutcome:
+    """A batch item's answer: the state it left the job in, or why it was refused."""
+    verdict = outcome_from_proto(outcome)
+    if verdict is not ReportOutcome.ACCEPTED:
+        return verdict
+    return state_from_proto(state) or default
 
 
 def state_from_proto(number: int) -> JobState | None:
     return _STATE_FROM_PROTO.get(number)
+
+
+def checkpoint_from_proto(message: jobs_pb2.StageCheckpoint) -> Checkpoint:
+    return Checkpoint(
+        stage=message.stage,
+        data=message.data,
+        attempt=message.attempt,
+        fencing_token=FencingToken(message.fencing_token),
+        at=message.recorded_at.ToDatetime(tzinfo=UTC),
+    )
+
+
+def report_progress_request(reports: list[ProgressReport]) -> worker_pb2.ReportProgressRequest:
+    return worker_pb2.ReportProgressRequest(
+        reports=[
+            worker_pb2.ProgressReport(
+                job_id=r.lease.job_id, fencing_token=r.lease.fencing_token, fraction=r.fraction, message=r.message
+            )
+            for r in reports
+        ]
+    )

@@ -4,8 +4,10 @@ process. Heartbeats, claims and reports run on the loop, so only coroutine handl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import multiprocessing.connection
+import threading
 import traceback
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +15,8 @@ from dataclasses import dataclass
 from multiprocessing.synchronize import Event as ProcessEvent
 from typing import Any
 
+from shared.domain.checkpoints import Checkpoint
+from shared.domain.errors import LeaseLost
 from shared.domain.jobs import ErrorCategory
 from shared.domain.kinds import Executor
 from shared.handlers.api import (
@@ -21,6 +25,7 @@ from shared.handlers.api import (
     JobContext,
     OutcomeUnknownError,
     PermanentError,
+    PushedBack,
     RetryableError,
     StopSignal,
 )
@@ -72,24 +77,37 @@ class HandlerExecutors:
 
     async def _run_in_process(self, spec: HandlerSpec, context: JobContext) -> object:
         receiver, sender = self._processes.Pipe(duplex=False)
+        # The child's checkpoints and progress, served by the parent's context while the child runs.
+        calls, child_calls = self._processes.Pipe(duplex=True)
         stop = self._processes.Event()
         child = self._processes.Process(
             target=_child_main,
-            args=(sender, spec.handler, _ChildContext.of(context), stop),
+            args=(sender, spec.handler, _ChildContext.of(context), stop, child_calls),
             name=f"jobs-handler-{context.kind}",
             daemon=True,
         )
         child.start()
         sender.close()
+        child_calls.close()
+        served = _ChildCalls(calls, context)
+        serving = asyncio.create_task(served.serve(), name=f"child-calls-{context.job_id}")
         try:
             message = await _receive(receiver, child)
+            # What the child sent before its result (its last progress) is served before the attempt ends.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(serving), PROCESS_KILL_AFTER_SECONDS)
         except asyncio.CancelledError:
             stop.set()
             await self._reap(child)
             raise
         finally:
+            serving.cancel()
+            await asyncio.gather(serving, return_exceptions=True)
             receiver.close()
+            calls.close()
         await asyncio.get_running_loop().run_in_executor(None, child.join, PROCESS_KILL_AFTER_SECONDS)
+        if served.lease_lost is not None:
+            raise served.lease_lost
         return _unpack(message)
 
     async def _reap(self, child: Any) -> None:
@@ -101,6 +119,82 @@ class HandlerExecutors:
         if child.exitcode is None:
             child.kill()
             await loop.run_in_executor(None, child.join, PROCESS_KILL_AFTER_SECONDS)
+
+
+class _ChildCalls:
+    """Serves a process handler's `checkpoint_blocking` and `report_progress` with the parent's context."""
+
+    def __init__(self, connection: multiprocessing.connection.Connection, context: JobContext) -> None:
+        self._connection = connection
+        self._context = context
+        # A refusal by the fence: the attempt ends as a lost lease, whatever the child does with it.
+        self.lease_lost: LeaseLost | None = None
+
+    async def serve(self) -> None:
+        while True:
+            message = await _next_message(self._connection)
+            if message is None:
+                return
+            if message[0] == "progress":
+                self._context.report_progress(message[1], message[2])
+            else:
+                self._connection.send(await self._checkpoint(message[1], message[2]))
+
+    async def _checkpoint(self, stage: str, data: bytes) -> tuple[Any, ...]:
+        try:
+            return ("ok", await self._context.checkpoint(stage, data))
+        except LeaseLost as exc:
+            self.lease_lost = exc
+            return ("lease_lost", exc.message)
+        except HandlerError as exc:
+            return ("classified", exc.category.value, str(exc))
+
+
+async def _next_message(connection: multiprocessing.connection.Connection) -> tuple[Any, ...] | None:
+    """The next message on a pipe without blocking the loop; None once the other end is closed."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(connection.fileno(), wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(connection.fileno())
+    try:
+        message: tuple[Any, ...] = connection.recv()
+        return message
+    except EOFError:
+        return None
+
+
+class _ParentCalls:
+    """The child's side of _ChildCalls: its context's checkpoint book and progress sink."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
+        self._lock = threading.Lock()
+
+    def report(self, fraction: float, message: str) -> None:
+        with self._lock:
+            self._connection.send(("progress", fraction, message))
+
+    async def record(self, stage: str, data: bytes) -> Checkpoint:
+        return await asyncio.get_running_loop().run_in_executor(None, self.record_blocking, stage, data)
+
+    def record_blocking(self, stage: str, data: bytes) -> Checkpoint:
+        with self._lock:
+            self._connection.send(("checkpoint", stage, data))
+            answer = self._connection.recv()
+        if answer[0] == "ok":
+            stored: Checkpoint = answer[1]
+            return stored
+        if answer[0] == "lease_lost":
+            raise LeaseLost(answer[1])
+        raise _ERRORS_BY_CATEGORY[ErrorCategory(answer[1])](answer[2])
 
 
 async def _receive(receiver: multiprocessing.connection.Connection, child: Any) -> tuple[Any, ...]:
@@ -132,6 +226,9 @@ def _unpack(message: tuple[Any, ...]) -> object:
     if status == "classified":
         _, category, text = message
         raise _ERRORS_BY_CATEGORY[ErrorCategory(category)](text)
+    if status == "hinted":
+        # A retry hint or pushback is rebuilt from its own fields (its class pickles them).
+        raise message[1]
     _, type_name, text, traceback_text = message
     raise HandlerProcessFailed(type_name, text, traceback_text)
 
@@ -144,7 +241,7 @@ class _ChildContext:
 
     @classmethod
     def of(cls, context: JobContext) -> _ChildContext:
-        names = ("job_id", "tenant", "kind", "payload", "attempt", "max_attempts", "fencing_token")
+        names = ("job_id", "tenant", "kind", "payload", "attempt", "max_attempts", "fencing_token", "checkpoints")
         return cls({name: getattr(context, name) for name in names})
 
 
@@ -168,11 +265,16 @@ class _ProcessStopSignal(StopSignal):
         return self._event.wait(timeout)
 
 
-def _child_main(sender: Any, handler: Any, child_context: _ChildContext, stop: ProcessEvent) -> None:
-    context = JobContext(**child_context.fields, stop_requested=_ProcessStopSignal(stop))
+def _child_main(sender: Any, handler: Any, child_context: _ChildContext, stop: ProcessEvent, calls: Any) -> None:
+    parent = _ParentCalls(calls)
+    context = JobContext(
+        **child_context.fields, stop_requested=_ProcessStopSignal(stop), checkpoint_book=parent, progress_sink=parent
+    )
     try:
         result = handler(context)
         sender.send(("ok", result))
+    except (PushedBack, RetryableError) as exc:
+        sender.send(("hinted", _hinted_copy(exc)))
     except HandlerError as exc:
         sender.send(("classified", exc.category.value, str(exc) or type(exc).__name__))
     except BaseException as exc:  # noqa: BLE001 - everything the handler raised goes back to the worker
@@ -183,3 +285,14 @@ def _child_main(sender: Any, handler: Any, child_context: _ChildContext, stop: P
         sender.send(("crashed", type(exc).__name__, str(exc), trace))
     finally:
         sender.close()
+        calls.close()
+
+
+def _hinted_copy(exc: PushedBack | RetryableError) -> PushedBack | RetryableError:
+    """The exception as its own class rebuilds it: a user's subclass may not pickle, its fields do."""
+    message = str(exc) or type(exc).__name__
+    if isinstance(exc, PushedBack):
+        if exc.until is not None:
+            return PushedBack(message, until=exc.until, key=exc.key)
+        return PushedBack(message, retry_after=exc.retry_after_seconds, key=exc.key)
+    return RetryableError(message, retry_after=exc.retry_after_seconds)

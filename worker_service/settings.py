@@ -13,6 +13,7 @@ from shared.metric_labels import TENANT_LIMIT_DEFAULT
 from shared.storage.database_settings import DatabaseSettings
 from worker_service.health_server import LIVENESS_STALL_SECONDS_DEFAULT
 from worker_service.kind_publisher import PUBLISH_INTERVAL_SECONDS_DEFAULT
+from worker_service.progress_reporter import PROGRESS_INTERVAL_SECONDS_DEFAULT
 from worker_service.transport_security import ClientTlsFiles
 
 API_TARGET_DEFAULT = "127.0.0.1:50051"
@@ -59,6 +60,8 @@ class WorkerSettings:
     kind_publish_interval_seconds: float
     # None: plaintext to the API.
     tls: ClientTlsFiles | None
+    # At most one progress write per job per interval; the latest value wins.
+    progress_interval_seconds: float = PROGRESS_INTERVAL_SECONDS_DEFAULT
 
     @property
     def heartbeat_interval_seconds(self) -> float:
@@ -100,4 +103,7 @@ class WorkerSettings:
                 env, "JOBS_KIND_PUBLISH_INTERVAL_SECONDS", PUBLISH_INTERVAL_SECONDS_DEFAULT, minimum=0.1
             ),
             tls=ClientTlsFiles.from_env(env),
+            progress_interval_seconds=env_float(
+                env, "JOBS_PROGRESS_INTERVAL_SECONDS", PROGRESS_INTERVAL_SECONDS_DEFAULT, minimum=0.05
+            ),
         )

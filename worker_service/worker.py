@@ -12,32 +12,45 @@ import random
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from shared.domain.errors import JobsError, LeaseLost
 from shared.domain.jobs import (
     ClaimedJob,
     Completion,
     ErrorCategory,
+    FailureReport,
     JobError,
     JobState,
     LeaseRef,
     LeaseStatus,
     ReportOutcome,
+    RetryHint,
 )
-from shared.handlers.api import HandlerError, HandlerRegistry, HandlerSpec, JobContext, PermanentError
-from shared.storage import lease_store
+from shared.handlers.api import (
+    HandlerError,
+    HandlerRegistry,
+    HandlerSpec,
+    JobContext,
+    PermanentError,
+    PushedBack,
+    RetryableError,
+)
+from shared.storage import checkpoint_store, lease_store
 from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
 from worker_service.background_loops import apply_retention, listen_for_work, rescue_leases
+from worker_service.checkpoint_book import ApiCheckpointBook
 from worker_service.completion_batcher import CompletionBatcher
 from worker_service.handler_executors import HandlerExecutors, HandlerProcessFailed
 from worker_service.health_server import WorkerHealth
 from worker_service.kind_publisher import KindPublisher
 from worker_service.metrics import WorkerMetrics
+from worker_service.progress_reporter import ProgressReporter
 from worker_service.receipt_book import DatabaseReceiptBook
 from worker_service.settings import WorkerSettings
 from worker_service.tracing import NO_SPAN, AttemptSpan, AttemptTracer
+from worker_service.worker_signals import Signal, SignalRecord, WorkerSignals
 
 log = logging.getLogger(__name__)
 RELEASE_DEADLINE_SECONDS = 5.0
@@ -54,6 +67,7 @@ _FAIL_OUTCOME_LABELS = {
     JobState.FAILED: "failed",
     JobState.OUTCOME_UNKNOWN: "outcome_unknown",
     JobState.CANCELLED: "cancelled",
+    JobState.PENDING: "pushed_back",
 }
 _REFUSAL_LABELS = {
     ReportOutcome.ACCEPTED: "succeeded",
@@ -103,8 +117,10 @@ class Worker:
         publisher: KindPublisher,
         health: WorkerHealth,
         tracer: AttemptTracer | None = None,
+        signals: WorkerSignals | None = None,
     ) -> None:
         self._settings = settings
+        self._signals = signals
         self._tracer = tracer or AttemptTracer()
         self._publisher = publisher
         self._health = health
@@ -116,6 +132,7 @@ class Worker:
         self._batcher = CompletionBatcher(
             api, flush_seconds=settings.completion_flush_seconds, batch_max=settings.completion_batch_max
         )
+        self._progress = ProgressReporter(api, interval_seconds=settings.progress_interval_seconds)
         self._active: dict[str, ActiveJob] = {}
         # Twice the slots: a plain handler that ignores its stop keeps its thread after its slot is freed.
         self._executors = HandlerExecutors(threads=2 * settings.concurrency, preload_modules=settings.handler_modules)
@@ -133,6 +150,7 @@ class Worker:
         """Works until `stop` is set, then drains: running jobs get the grace period, the rest are released."""
         background = [
             asyncio.create_task(self._batcher.run(), name="completion-batcher"),
+            asyncio.create_task(self._progress.run(), name="progress-reporter"),
             asyncio.create_task(self._keep_leases(), name="lease-keeper"),
             asyncio.create_task(self._stop_expired_leases(), name="lease-expiry"),
             asyncio.create_task(self._publisher.keep_published(), name="kind-publisher"),
@@ -178,8 +196,13 @@ class Worker:
                 pending.cancel()
             await asyncio.gather(*everything, return_exceptions=True)
             self._executors.close()
+            self._signal(SignalRecord(Signal.STOPPED))
         if self._fatal is not None:
             raise self._fatal
+
+    def _signal(self, record: SignalRecord) -> None:
+        if self._signals is not None:
+            self._signals.emit(record)
 
     def _stop_notified(self, job_id: str) -> None:
         """A held job was cancelled or superseded: ask the API now rather than at the next heartbeat."""
@@ -233,6 +256,10 @@ class Worker:
                     limit=limit,
                     lease_seconds=self._settings.lease_seconds,
                 )
+                if claimed:
+                    # In the claim's transaction: one statement per batch, for the stages handlers skip.
+                    done = await checkpoint_store.for_jobs(conn, [job.job_id for job in claimed])
+                    claimed = [replace(job, checkpoints=done.get(job.job_id, ())) for job in claimed]
         except JobsError as exc:
             log.warning("claim failed: %s", exc.message)
             return []
@@ -249,6 +276,11 @@ class Worker:
             max_attempts=job.max_attempts,
             fencing_token=job.fencing_token,
             receipt_book=DatabaseReceiptBook(self._db, LeaseRef(job.job_id, job.fencing_token)),
+            checkpoints={checkpoint.stage: checkpoint for checkpoint in job.checkpoints},
+            checkpoint_book=ApiCheckpointBook(
+                self._api, LeaseRef(job.job_id, job.fencing_token), report_seconds=self._settings.lease_seconds
+            ),
+            progress_sink=self._progress.sink(LeaseRef(job.job_id, job.fencing_token)),
             traceparent=job.trace_context.traceparent if job.trace_context else None,
             tracestate=job.trace_context.tracestate if job.trace_context else None,
         )
@@ -270,6 +302,7 @@ class Worker:
         self._metrics.count_claim(job.tenant, job.kind, job.attempt)
         self._metrics.observe_queue_wait(job.kind, max((job.claimed_at - job.queued_since).total_seconds(), 0.0))
         log.debug("claimed", extra=active.log_fields)
+        self._signal(SignalRecord(Signal.CLAIMED, job.job_id))
         active.task = asyncio.create_task(self._run(active), name=f"job-{job.job_id}")
 
     async def _run(self, active: ActiveJob) -> None:
@@ -279,6 +312,7 @@ class Worker:
         except Exception:  # noqa: BLE001 - one job's bug must not stop the replica
             log.exception("job runner failed", extra=active.log_fields)
         finally:
+            self._progress.forget(active.claimed.job_id)
             self._active.pop(active.claimed.job_id, None)
             self._metrics.in_flight.set(len(self._active))
             self.wake()
@@ -287,6 +321,7 @@ class Worker:
         job = active.claimed
         spec = self._registry.get(job.kind)
         started = time.monotonic()
+        hint: RetryHint | None = None
         try:
             result = await active.span.record(self._invoke(spec, active.context))
             error = None
@@ -304,8 +339,13 @@ class Worker:
             active.span.stopped(StopReason.LEASE_LOST.value)
             await self._after_stop(active, StopReason.LEASE_LOST)
             return
+        except PushedBack as exc:
+            error = JobError(ErrorCategory.RETRYABLE, str(exc) or "pushed back")
+            hint = RetryHint(exc.wait_seconds(), pushed_back=True, limit_key=exc.key)
         except HandlerError as exc:
             error = JobError(exc.category, str(exc) or type(exc).__name__)
+            if isinstance(exc, RetryableError) and exc.retry_after_seconds is not None:
+                hint = RetryHint(exc.retry_after_seconds)
         except _AttemptTimedOut as exc:
             error = exc.error
         except Exception as exc:  # noqa: BLE001 - unclassified failures are retryable by contract
@@ -315,10 +355,11 @@ class Worker:
             active.span.failed(error)
         active.reporting = True
         self.wake()  # the slot is free for the next claim
+        await self._progress.flush(job.job_id)
         if error is None:
             await self._report_completion(active, result)
         else:
-            await self._report_failure(active, error)
+            await self._report_failure(active, error, hint)
 
     async def _invoke(self, spec: HandlerSpec | None, context: JobContext) -> bytes:
         if spec is None:
@@ -349,27 +390,30 @@ class Worker:
             self._unreported(active, exc)
             return
         self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[outcome])
+        self._signal(SignalRecord(Signal.REPORTED, job.job_id, "completed", outcome.value))
         if outcome is ReportOutcome.ACCEPTED:
             log.info("job succeeded", extra={**active.log_fields, "state": "succeeded"})
         else:
             self._refused(active, outcome)
 
-    async def _report_failure(self, active: ActiveJob, error: JobError) -> None:
+    async def _report_failure(self, active: ActiveJob, error: JobError, hint: RetryHint | None = None) -> None:
         job = active.claimed
         try:
-            outcome = await self._api.fail(active.lease, error, deadline=self._report_deadline())
+            outcome = await self._api.fail(FailureReport(active.lease, error, hint), deadline=self._report_deadline())
         except ApiUnreachable as exc:
             self._unreported(active, exc)
             return
+        self._signal(SignalRecord(Signal.REPORTED, job.job_id, "failed", outcome.value))
         if isinstance(outcome, ReportOutcome):
             self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[outcome])
             self._refused(active, outcome)
             return
         self._metrics.count_outcome(job.tenant, job.kind, _FAIL_OUTCOME_LABELS.get(outcome, "failed"))
-        if outcome is not JobState.CANCELLED:  # a cancel on request travels as a failure, but is none
+        # A cancel on request travels as a failure, but is none; nor is a pushback.
+        if outcome is not JobState.CANCELLED and not (hint and hint.pushed_back):
             self._metrics.count_failure(job.tenant, job.kind, error.category.value)
         log.info(
-            "attempt failed (%s): %s",
+            "attempt pushed back (%s): %s" if hint and hint.pushed_back else "attempt failed (%s): %s",
             error.category.value,
             error.message[:200],
             extra={
@@ -398,6 +442,7 @@ class Worker:
             except ApiUnreachable as exc:
                 self._unreported(active, exc)
                 return
+            self._signal(SignalRecord(Signal.REPORTED, job.job_id, "released", state.value))
             label = "released" if not isinstance(state, ReportOutcome) else _REFUSAL_LABELS[state]
             self._metrics.count_outcome(job.tenant, job.kind, label)
             log.info("released at shutdown", extra=active.log_fields)
@@ -420,6 +465,7 @@ class Worker:
     def _unreported(self, active: ActiveJob, exc: Exception) -> None:
         job = active.claimed
         self._metrics.count_outcome(job.tenant, job.kind, "unreported")
+        self._signal(SignalRecord(Signal.UNREPORTED, job.job_id, detail=str(exc)))
         log.warning("could not report (%s); the lease will expire and the job run again", exc, extra=active.log_fields)
 
     def _stop(self, active: ActiveJob, reason: StopReason) -> None:

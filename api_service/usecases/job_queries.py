@@ -6,15 +6,18 @@ every request. The tenant comes from the credential, so one tenant's entry is ne
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from api_service.result_cache import ResultCache, ResultCacheLimits
 from shared.domain.errors import FailedPrecondition, FieldViolation, InvalidArgument, NotFound, ViolationCollector
 from shared.domain.ids import JobId, TenantId
-from shared.domain.jobs import Job, JobEvent, JobPage, JobResult, ListFilter, PageCursor
+from shared.domain.jobs import Job, JobEvent, JobPage, JobResult, JobState, ListFilter, PageCursor
 from shared.domain.submission_rules import SubmissionLimits, check_job_id, check_text
-from shared.storage import job_store
+from shared.storage import checkpoint_store, job_store, progress_store, scheduling_store
 from shared.storage.database import Database
 
 PAGE_SIZE_DEFAULT = 50
+_MAY_BE_HELD = frozenset({JobState.PENDING, JobState.RETRY_WAIT})
 PAGE_SIZE_MAX = 500
 # What an entry costs beyond its payload: the key, the result (and job) records, the cache's own links.
 # Measured with tracemalloc: about 0.6 KiB for a job's result, 1.2 KiB for a latest result with its job.
@@ -36,12 +39,16 @@ class JobQueries:
         self._results = results or ResultCache(ResultCacheLimits())
 
     async def get_job(self, tenant: TenantId, job_id: JobId) -> Job:
+        """With its latest progress and its checkpointed stages."""
         check_job_id(job_id)
         async with self._db.transaction(tenant) as conn:
             job = await job_store.get_job(conn, tenant, job_id)
-        if job is None:
-            raise NotFound()
-        return job
+            if job is None:
+                raise NotFound()
+            progress = await progress_store.get(conn, tenant, job_id)
+            checkpoints = await checkpoint_store.list_for_job(conn, tenant, job_id)
+            waiting = await scheduling_store.waiting_reason(conn, tenant, job_id) if job.state in _MAY_BE_HELD else None
+        return replace(job, progress=progress, checkpoints=checkpoints, waiting=waiting)
 
     async def get_result(self, tenant: TenantId, job_id: JobId) -> JobResult:
         """Only a stored result is cached; "no such job" and "not ready yet" are read every time."""

@@ -10,11 +10,12 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Protocol
 
+from shared.domain.checkpoints import Progress
 from shared.domain.errors import FieldViolation, InvalidArgument, NotFound, ResourceExhausted
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Job, JobEvent
 from shared.domain.submission_rules import check_job_id
-from shared.storage import job_store
+from shared.storage import job_store, progress_store
 from shared.storage.database import Database
 
 EVENTS_PER_READ = 100
@@ -52,9 +53,13 @@ class JobWatch:
         self._max_streams = max_streams
         self._open_streams = 0
 
-    async def watch(self, tenant: TenantId, job_id: JobId, after_sequence: int) -> AsyncIterator[Job]:
+    async def watch(
+        self, tenant: TenantId, job_id: JobId, after_sequence: int, *, include_progress: bool = False
+    ) -> AsyncIterator[Job]:
         """From `after_sequence` on (0: the current state first); ends once the job's latest state is
-        terminal and has been sent."""
+        terminal and has been sent. With `include_progress` every message carries the job's progress,
+        and a progress change alone sends the job again under the latest sequence sent: progress does
+        not raise the sequence, which stays the resume point for transitions."""
         check_job_id(job_id)
         if after_sequence < 0:
             raise InvalidArgument(FieldViolation("after_sequence", "must not be negative"))
@@ -65,40 +70,52 @@ class JobWatch:
             )
         self._open_streams += 1
         try:
-            async for job in self._follow(tenant, job_id, after_sequence):
+            async for job in self._follow(tenant, job_id, after_sequence, include_progress):
                 yield job
         finally:
             self._open_streams -= 1
 
-    async def _follow(self, tenant: TenantId, job_id: JobId, after_sequence: int) -> AsyncIterator[Job]:
+    async def _follow(
+        self, tenant: TenantId, job_id: JobId, after_sequence: int, include_progress: bool
+    ) -> AsyncIterator[Job]:
         with self._signals.subscribe(job_id) as changed:
-            job = await self._current(tenant, job_id)
+            job = await self._current(tenant, job_id, include_progress)
             last = after_sequence
+            shown: Progress | None = None
             if after_sequence == 0:
                 yield job
-                last = job.sequence
+                last, shown = job.sequence, job.progress
             while not (job.state.is_terminal and last >= job.sequence):
                 changed.clear()
-                events, job = await self._events_after(tenant, job_id, last)
+                events, job = await self._events_after(tenant, job_id, last, include_progress)
                 for event in events:
                     yield job_at(job, event)
-                    last = event.sequence
+                    last, shown = event.sequence, job.progress
+                if not events and job.progress != shown and job.sequence == last:
+                    yield job  # a progress change alone: the latest transition's sequence again
+                    shown = job.progress
                 if len(events) == EVENTS_PER_READ or (job.state.is_terminal and last >= job.sequence):
                     continue
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), self._recheck_seconds)
 
-    async def _current(self, tenant: TenantId, job_id: JobId) -> Job:
+    async def _current(self, tenant: TenantId, job_id: JobId, include_progress: bool) -> Job:
         async with self._db.transaction(tenant) as conn:
             job = await job_store.get_job(conn, tenant, job_id)
+            if job is not None and include_progress:
+                job = replace(job, progress=await progress_store.get(conn, tenant, job_id))
         if job is None:
             raise NotFound()
         return job
 
-    async def _events_after(self, tenant: TenantId, job_id: JobId, sequence: int) -> tuple[list[JobEvent], Job]:
+    async def _events_after(
+        self, tenant: TenantId, job_id: JobId, sequence: int, include_progress: bool
+    ) -> tuple[list[JobEvent], Job]:
         async with self._db.transaction(tenant) as conn:
             job = await job_store.get_job(conn, tenant, job_id)
             events = await job_store.list_events(conn, tenant, job_id, after_sequence=sequence, limit=EVENTS_PER_READ)
+            if job is not None and include_progress:
+                job = replace(job, progress=await progress_store.get(conn, tenant, job_id))
         if job is None:
             raise NotFound()
         return [e for e in events if e.sequence <= job.sequence], job

@@ -9,7 +9,7 @@ from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Job, JobState
 from shared.domain.submission_rules import check_job_id, check_text
 from shared.json_logging import job_fields
-from shared.storage import job_store
+from shared.storage import checkpoint_store, job_store
 from shared.storage.database import Connection, Database
 
 log = logging.getLogger(__name__)
@@ -42,15 +42,31 @@ class JobLifecycle:
         return job
 
     async def retry(
-        self, tenant: TenantId, actor: str, job_id: JobId, reason: str, *, accept_duplicate_risk: bool
+        self,
+        tenant: TenantId,
+        actor: str,
+        job_id: JobId,
+        reason: str,
+        *,
+        accept_duplicate_risk: bool,
+        clear_checkpoints: bool = False,
     ) -> Job:
         """Reopens a FAILED, CANCELLED or OUTCOME_UNKNOWN job with a fresh attempt budget, recording
         who and why. The fencing token keeps rising: the next claim gets a token never used before.
-        Consent to a duplicate effect is needed whenever the latest attempt's outcome is unknown."""
+        Consent to a duplicate effect is needed whenever the latest attempt's outcome is unknown. Stage
+        checkpoints are kept (the next attempt resumes after them) unless `clear_checkpoints`."""
         check_job_id(job_id)
         _check_reason(reason)
         async with self._db.transaction(tenant) as conn:
-            job = await retry_in(conn, tenant, actor, job_id, reason, accept_duplicate_risk=accept_duplicate_risk)
+            job = await retry_in(
+                conn,
+                tenant,
+                actor,
+                job_id,
+                reason,
+                accept_duplicate_risk=accept_duplicate_risk,
+                clear_checkpoints=clear_checkpoints,
+            )
         log.info("job reopened by manual retry", extra=job_fields(job, actor=actor, reason=reason))
         return job
 
@@ -72,7 +88,14 @@ async def cancel_in(conn: Connection, tenant: TenantId, actor: str, job_id: JobI
 
 
 async def retry_in(
-    conn: Connection, tenant: TenantId, actor: str, job_id: JobId, reason: str, *, accept_duplicate_risk: bool
+    conn: Connection,
+    tenant: TenantId,
+    actor: str,
+    job_id: JobId,
+    reason: str,
+    *,
+    accept_duplicate_risk: bool,
+    clear_checkpoints: bool = False,
 ) -> Job:
     """RetryJob's rule inside the caller's transaction (scoped to `tenant`), which bulk actions share:
     the job's locks are held until that transaction ends; a refusal raises having written nothing."""
@@ -84,6 +107,9 @@ async def retry_in(
     note = f"manual retry by {actor}" + (f": {reason}" if reason else "")
     if candidate.duplicate_risk:
         note += " (duplicate risk accepted)"
+    if clear_checkpoints:
+        note += " (checkpoints cleared)"
+        await checkpoint_store.clear(conn, tenant, job_id)
     job = await job_store.reopen(
         conn,
         tenant=tenant,

@@ -13,9 +13,10 @@ from shared.domain.errors import AlreadyExists, FieldViolation, InvalidArgument,
 from shared.domain.idempotency import input_digest, request_digest
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import ErrorCategory, Job, JobError, JobState, NewJob, SubmitOutcome
+from shared.domain.limit_keys import scope_submission_keys
 from shared.domain.submission_rules import DEDUPE_WINDOW_SECONDS_DEFAULT, SubmissionLimits, validate_new_job
 from shared.json_logging import job_fields
-from shared.storage import job_store
+from shared.storage import job_store, scheduling_store
 from shared.storage.database import Connection, Database, set_tenant
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,9 @@ class SubmissionService:
             if existing is None:
                 raise Unavailable("the idempotency key is being reused concurrently; try again")
             return _replay(*existing, digest), []
+        await scheduling_store.set_limit_keys(
+            conn, tenant, created.job_id, scope_submission_keys(tenant, job.limit_keys)
+        )
         superseded: list[JobId] = []
         if job.resource_key and (job.resource_version or 0) > latest_version:
             superseded = await job_store.advance_resource(
@@ -203,7 +207,13 @@ def _log_committed(actor: str, submitted: Sequence[tuple[SubmitOutcome, list[Job
 
 def _is_plain(job: NewJob) -> bool:
     """Needs no lookups before its insert, so a batch can insert many in one statement."""
-    return job.idempotency_key is None and not job.resource_key and not job.depends_on and not job.dedupe_by_input
+    return (
+        job.idempotency_key is None
+        and not job.resource_key
+        and not job.depends_on
+        and not job.dedupe_by_input
+        and not job.limit_keys
+    )
 
 
 def _replay(existing: Job, existing_digest: bytes | None, digest: bytes | None) -> SubmitOutcome:

@@ -6,6 +6,15 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
+from shared.domain.checkpoints import (
+    CHECKPOINTS_PER_JOB_MAX,
+    Checkpoint,
+    ProgressReport,
+    clean_progress_message,
+    data_problem,
+    fraction_problem,
+    stage_problem,
+)
 from shared.domain.errors import (
     FailedPrecondition,
     FieldViolation,
@@ -14,18 +23,24 @@ from shared.domain.errors import (
     JobSuperseded,
     LeaseLost,
 )
+from shared.domain.ids import JobId
 from shared.domain.jobs import (
+    PUSHBACKS_UNCOUNTED_MAX,
+    RETRY_AFTER_MAX_SECONDS,
     Completion,
     FailOutcome,
+    FailureReport,
     JobError,
     JobState,
     LeaseRef,
     LeaseStatus,
+    ReleaseReport,
     ReportOutcome,
+    RetryHint,
 )
 from shared.domain.submission_rules import is_job_id
-from shared.storage import job_store, lease_store
-from shared.storage.database import Database
+from shared.storage import checkpoint_store, job_store, lease_store, progress_store, scheduling_store
+from shared.storage.database import Connection, Database
 
 log = logging.getLogger(__name__)
 REPORT_BATCH_MAX = 1000
@@ -33,6 +48,8 @@ ERROR_MESSAGE_MAX_CHARS = 4000
 # The innermost frames are kept when a traceback is longer.
 TRACEBACK_MAX_CHARS = 16000
 LEASE_MIN_SECONDS = 1.0
+LIMIT_KEY_MAX_CHARS = 200
+RELEASE_REASON_MAX_CHARS = 200
 
 
 class RejectionCounter(Protocol):
@@ -55,6 +72,35 @@ def _check_leases(leases: Sequence[LeaseRef], field: str) -> None:
             raise InvalidArgument(FieldViolation(f"{field}[{index}].job_id", "must be a job id"))
         if lease.fencing_token < 1:
             raise InvalidArgument(FieldViolation(f"{field}[{index}].fencing_token", "must be positive"))
+
+
+def _checked_hint(hint: RetryHint | None, field: str) -> RetryHint | None:
+    """A hint within bounds: a wait longer than the maximum is cut to it, a negative one refused."""
+    if hint is None:
+        return None
+    if not hint.after_seconds >= 0:  # also refuses NaN
+        raise InvalidArgument(FieldViolation(f"{field}.retry_after", "must not be negative"))
+    key = hint.limit_key or None
+    if key is not None and (len(key) > LIMIT_KEY_MAX_CHARS or not key.isprintable()):
+        raise InvalidArgument(
+            FieldViolation(f"{field}.limit_key", f"must be at most {LIMIT_KEY_MAX_CHARS} printable characters")
+        )
+    return RetryHint(min(hint.after_seconds, RETRY_AFTER_MAX_SECONDS), hint.pushed_back, key)
+
+
+def _checked_failure(report: FailureReport, field: str) -> FailureReport:
+    error = JobError(
+        report.error.category,
+        report.error.message[:ERROR_MESSAGE_MAX_CHARS].replace("\x00", ""),
+        report.error.traceback[-TRACEBACK_MAX_CHARS:].replace("\x00", ""),
+    )
+    return FailureReport(report.lease, error, _checked_hint(report.hint, field))
+
+
+def _check_distinct(leases: Sequence[LeaseRef], field: str) -> None:
+    _check_leases(leases, field)
+    if len({lease.job_id for lease in leases}) != len(leases):
+        raise InvalidArgument(FieldViolation(field, "must not name a job twice"))
 
 
 class WorkerReports:
@@ -105,36 +151,133 @@ class WorkerReports:
             raise _refusal(outcome)
         return JobState.SUCCEEDED
 
-    async def fail(self, worker_id: str, lease: LeaseRef, error: JobError) -> FailOutcome:
-        _check_leases([lease], "lease")
-        error = JobError(
-            error.category,
-            error.message[:ERROR_MESSAGE_MAX_CHARS].replace("\x00", ""),
-            error.traceback[-TRACEBACK_MAX_CHARS:].replace("\x00", ""),
-        )
+    async def fail_many(
+        self, worker_id: str, reports: Sequence[FailureReport], *, field: str = "failures"
+    ) -> list[FailOutcome | ReportOutcome]:
+        """Per-item outcomes, refusals as values; one transaction, rows taken in job-id order like the
+        heartbeat and completion batches, so that none of them can deadlock."""
+        _check_distinct([r.lease for r in reports], field)
+        checked = [_checked_failure(r, f"{field}[{i}]") for i, r in enumerate(reports)]
+        outcomes: dict[str, FailOutcome | ReportOutcome] = {}
         async with self._db.transaction() as conn:
-            outcome = await lease_store.fail_attempt(conn, worker_id=worker_id, lease=lease, error=error)
-            if not isinstance(outcome, ReportOutcome) and outcome.state is not JobState.CANCELLED:
-                await job_store.record_attempt_error(conn, lease, error)
-        if isinstance(outcome, ReportOutcome):
-            self._refused("failure", lease, outcome, worker_id)
-            raise _refusal(outcome)
-        return outcome
+            for report in sorted(checked, key=lambda r: r.lease.job_id):
+                outcomes[report.lease.job_id] = await self._fail_one(conn, worker_id, report)
+        for report in checked:
+            outcome = outcomes[report.lease.job_id]
+            if isinstance(outcome, ReportOutcome):
+                self._refused("failure", report.lease, outcome, worker_id)
+        return [outcomes[r.lease.job_id] for r in checked]
 
-    async def release(self, worker_id: str, lease: LeaseRef, *, started: bool, reason: str) -> JobState:
-        _check_leases([lease], "lease")
-        async with self._db.transaction() as conn:
-            outcome = await lease_store.release(
+    @staticmethod
+    async def _hold_key(conn: Connection, job_id: JobId, key: str) -> None:
+        """The provider refused the key, not only this job: every job carrying it waits as long."""
+        if await scheduling_store.hold_pushed_key(conn, job_id, key) is None:
+            log.warning(
+                "pushback names a key the job does not carry; no key held", extra={"job_id": job_id, "limit_key": key}
+            )
+
+    async def _fail_one(self, conn: Connection, worker_id: str, report: FailureReport) -> FailOutcome | ReportOutcome:
+        hint, lease, error = report.hint, report.lease, report.error
+        if hint is not None and hint.pushed_back:
+            # Not a failure: no attempt error is kept; the history records the pushback itself.
+            pushed = await lease_store.push_back(
                 conn,
                 worker_id=worker_id,
                 lease=lease,
-                started=started,
-                reason=reason[:200].replace("\x00", "") or "released",
+                hint=hint,
+                message=error.message,
+                uncounted_max=PUSHBACKS_UNCOUNTED_MAX,
             )
+            if hint.limit_key and isinstance(pushed, FailOutcome) and pushed.state is JobState.PENDING:
+                await self._hold_key(conn, lease.job_id, hint.limit_key)
+            return pushed
+        outcome = await lease_store.fail_attempt(
+            conn,
+            worker_id=worker_id,
+            lease=lease,
+            error=error,
+            retry_after_seconds=hint.after_seconds if hint is not None else None,
+        )
+        if not isinstance(outcome, ReportOutcome) and outcome.state is not JobState.CANCELLED:
+            await job_store.record_attempt_error(conn, lease, error)
+        return outcome
+
+    async def fail(
+        self, worker_id: str, lease: LeaseRef, error: JobError, hint: RetryHint | None = None
+    ) -> FailOutcome:
+        """FailJob's contract: a refusal is an error (FAILED_PRECONDITION)."""
+        (outcome,) = await self.fail_many(worker_id, [FailureReport(lease, error, hint)], field="lease")
         if isinstance(outcome, ReportOutcome):
-            self._refused("release", lease, outcome, worker_id)
             raise _refusal(outcome)
         return outcome
+
+    async def release_many(
+        self, worker_id: str, reports: Sequence[ReleaseReport], *, field: str = "releases"
+    ) -> list[JobState | ReportOutcome]:
+        """Per-item outcomes, refusals as values; rows taken in job-id order as in fail_many."""
+        _check_distinct([r.lease for r in reports], field)
+        outcomes: dict[str, JobState | ReportOutcome] = {}
+        async with self._db.transaction() as conn:
+            for report in sorted(reports, key=lambda r: r.lease.job_id):
+                outcomes[report.lease.job_id] = await lease_store.release(
+                    conn,
+                    worker_id=worker_id,
+                    lease=report.lease,
+                    started=report.started,
+                    reason=report.reason[:RELEASE_REASON_MAX_CHARS].replace("\x00", "") or "released",
+                )
+        for report in reports:
+            outcome = outcomes[report.lease.job_id]
+            if isinstance(outcome, ReportOutcome):
+                self._refused("release", report.lease, outcome, worker_id)
+        return [outcomes[r.lease.job_id] for r in reports]
+
+    async def release(self, worker_id: str, lease: LeaseRef, *, started: bool, reason: str) -> JobState:
+        """ReleaseJob's contract: a refusal is an error (FAILED_PRECONDITION)."""
+        (outcome,) = await self.release_many(worker_id, [ReleaseReport(lease, started, reason)], field="lease")
+        if isinstance(outcome, ReportOutcome):
+            raise _refusal(outcome)
+        return outcome
+
+    async def record_checkpoint(
+        self, worker_id: str, lease: LeaseRef, stage: str, data: bytes
+    ) -> Checkpoint | ReportOutcome:
+        """The stored checkpoint, or the refusal (as a value) when the lease is not held."""
+        _check_leases([lease], "lease")
+        violations = [
+            FieldViolation(name, problem)
+            for name, problem in (("stage", stage_problem(stage)), ("data", data_problem(data)))
+            if problem is not None
+        ]
+        if violations:
+            raise InvalidArgument(violations)
+        try:
+            async with self._db.transaction() as conn:
+                stored = await checkpoint_store.record(conn, lease, stage, data, max_stages=CHECKPOINTS_PER_JOB_MAX)
+        except checkpoint_store.NoRoomForStage:
+            raise FailedPrecondition(
+                f"a job holds at most {CHECKPOINTS_PER_JOB_MAX} checkpointed stages",
+                reason="CHECKPOINT_LIMIT",
+                metadata={"stage": stage},
+            ) from None
+        if isinstance(stored, ReportOutcome):
+            self._refused("checkpoint", lease, stored, worker_id)
+        return stored
+
+    async def report_progress(self, reports: Sequence[ProgressReport]) -> list[ReportOutcome]:
+        """Per-report outcomes; refusals are usual (a report that crossed the attempt's end) and not logged."""
+        _check_leases([r.lease for r in reports], "reports")
+        if len({r.job_id for r in reports}) != len(reports):
+            raise InvalidArgument(FieldViolation("reports", "must not name a job twice"))
+        for index, report in enumerate(reports):
+            problem = fraction_problem(report.fraction)
+            if problem is not None:
+                raise InvalidArgument(FieldViolation(f"reports[{index}].fraction", problem))
+        if not reports:
+            return []
+        cleaned = [ProgressReport(r.lease, r.fraction, clean_progress_message(r.message)) for r in reports]
+        async with self._db.transaction() as conn:
+            return await progress_store.record_batch(conn, cleaned)
 
     def _refused(
         self, report: str, lease: LeaseRef, outcome: ReportOutcome, worker_id: str, *, level: int = logging.WARNING

@@ -10,7 +10,7 @@ from shared.domain.jobs import NewJob
 
 def request_digest(job: NewJob) -> bytes:
     """SHA-256 over a canonical form of every field the caller chose."""
-    canonical = {
+    canonical: dict[str, object] = {
         "kind": job.kind,
         "payload_sha256": hashlib.sha256(job.payload).hexdigest(),
         "priority": job.priority,
@@ -23,6 +23,8 @@ def request_digest(job: NewJob) -> bytes:
         "labels": sorted(job.labels.items()),
         "dedupe_by_input": job.dedupe_by_input,
     }
+    if job.limit_keys:  # only when given, so digests stored before limit keys existed still match
+        canonical["limit_keys"] = list(job.limit_keys)
     encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).digest()
 

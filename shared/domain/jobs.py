@@ -5,9 +5,14 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from shared.domain.ids import FencingToken, JobId, TenantId
+from shared.domain.limit_keys import WaitingReason
 from shared.domain.trace_context import TraceContext
+
+if TYPE_CHECKING:  # checkpoints imports this module
+    from shared.domain.checkpoints import Checkpoint, Progress
 
 
 class JobState(enum.StrEnum):
@@ -68,6 +73,8 @@ class NewJob:
     depends_on: tuple[JobId, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     dedupe_by_input: bool = False
+    # As the caller wrote them (`name` or `name@N`); scoped to the tenant when stored.
+    limit_keys: tuple[str, ...] = ()
     # From the request's metadata, not its fields: not part of the request an idempotency key names.
     trace_context: TraceContext | None = None
 
@@ -95,6 +102,11 @@ class Job:
     idempotency_key: str | None
     depends_on: tuple[JobId, ...]
     labels: dict[str, str]
+    # Read beside the row by the calls that show them (GetJob; WatchJob for progress).
+    progress: Progress | None = None
+    checkpoints: tuple[Checkpoint, ...] = ()
+    # Why a runnable job is not being started (a pause, a hold, a full limit); read for one job on request.
+    waiting: WaitingReason | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +155,38 @@ class FailOutcome:
     next_attempt_at: datetime | None
 
 
+# The longest wait a handler's retry hint may ask for; a longer one is cut to it, and the job is pushed
+# back again if the provider still refuses then.
+RETRY_AFTER_MAX_SECONDS = 7 * 24 * 3600.0
+# Pushbacks of one job that do not count as attempts; every further one counts, so that a job whose
+# provider pushes it back forever still ends when its attempts run out.
+PUSHBACKS_UNCOUNTED_MAX = 100
+
+
+@dataclass(frozen=True)
+class RetryHint:
+    """When the handler asked for the next attempt: `after_seconds` from now. A pushback (the provider
+    said "not now") is not counted as an attempt; `limit_key` names what the provider throttled."""
+
+    after_seconds: float
+    pushed_back: bool = False
+    limit_key: str | None = None
+
+
+@dataclass(frozen=True)
+class FailureReport:
+    lease: LeaseRef
+    error: JobError
+    hint: RetryHint | None = None
+
+
+@dataclass(frozen=True)
+class ReleaseReport:
+    lease: LeaseRef
+    started: bool
+    reason: str
+
+
 @dataclass(frozen=True)
 class ClaimedJob:
     """A row a worker claimed: everything its handler needs, and the lease it holds."""
@@ -160,6 +204,8 @@ class ClaimedJob:
     claimed_at: datetime
     # The submitter's trace, which the attempt's span continues.
     trace_context: TraceContext | None = None
+    # The stages earlier attempts finished, read in the claim's transaction.
+    checkpoints: tuple[Checkpoint, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from shared.domain.errors import FieldViolation, InvalidArgument, ViolationCollector
 from shared.domain.jobs import NewJob
+from shared.domain.limit_keys import parse_submission_keys
 
 KIND_PATTERN = re.compile(r"^[a-z][a-z0-9._-]*$")
 LABEL_KEY_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
@@ -79,6 +80,7 @@ def validate_new_job(
     _check_resource(v, job, limits)
     _check_dependencies(v, job, limits)
     _check_labels(v, job.labels, limits)
+    parse_submission_keys(job.limit_keys, v)
     if job.deadline is not None and job.run_after is not None and job.deadline <= job.run_after:
         v.add("deadline", "must be later than run_after")
     v.raise_if_any()

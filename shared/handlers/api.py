@@ -18,8 +18,17 @@ import math
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from shared.domain.checkpoints import (
+    Checkpoint,
+    clean_progress_message,
+    data_problem,
+    encode_checkpoint_data,
+    fraction_problem,
+    stage_problem,
+)
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import ErrorCategory, Receipt
 from shared.domain.kinds import (
@@ -45,9 +54,72 @@ class HandlerError(Exception):
 
 
 class RetryableError(HandlerError):
-    """Transient: try again after a backoff."""
+    """Transient: try again after a backoff, or after `retry_after` (seconds or a timedelta) when given,
+    in place of the backoff. The wait is cut to 7 days; a retry that could not start before the job's
+    deadline fails the job."""
 
     category = ErrorCategory.RETRYABLE
+
+    def __init__(self, message: str = "", *, retry_after: float | timedelta | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = None if retry_after is None else _seconds(retry_after, "retry_after")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Crosses from a process handler's child; the keyword argument must survive the trip.
+        return (_rebuild_retryable, (str(self), self.retry_after_seconds))
+
+
+class PushedBack(HandlerError):
+    """The provider pushed back (HTTP 429 with Retry-After, a quota until T): the attempt ends without
+    counting against max_attempts and the job waits, PENDING, for `retry_after` (seconds or a timedelta)
+    or until `until` (an aware datetime). `key` names the limit the provider applies, e.g.
+    "provider:openai"; it is recorded in the job's history. Bounded: the job's deadline applies, an
+    attempt that recorded a receipt counts, and after 100 pushbacks of one job each further one counts."""
+
+    category = ErrorCategory.RETRYABLE
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        retry_after: float | timedelta | None = None,
+        until: datetime | None = None,
+        key: str | None = None,
+    ) -> None:
+        if (retry_after is None) == (until is None):
+            raise ValueError("PushedBack needs exactly one of retry_after and until")
+        if until is not None and until.tzinfo is None:
+            raise ValueError("PushedBack(until=...) needs an aware datetime")
+        super().__init__(message)
+        self.retry_after_seconds = None if retry_after is None else _seconds(retry_after, "retry_after")
+        self.until = until
+        self.key = key
+
+    def wait_seconds(self, now: datetime | None = None) -> float:
+        """How long the job should wait from `now` (default: this host's clock)."""
+        if self.until is None:
+            return self.retry_after_seconds or 0.0
+        return max((self.until - (now or datetime.now(UTC))).total_seconds(), 0.0)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_pushed_back, (str(self), self.retry_after_seconds, self.until, self.key))
+
+
+def _seconds(value: float | timedelta, name: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not seconds >= 0 or math.isinf(seconds):
+        raise ValueError(f"{name} must be a finite, non-negative wait; got {value!r}")
+    return seconds
+
+
+def _rebuild_retryable(message: str, retry_after: float | None) -> RetryableError:
+    return RetryableError(message, retry_after=retry_after)
+
+
+def _rebuild_pushed_back(
+    message: str, retry_after: float | None, until: datetime | None, key: str | None
+) -> PushedBack:
+    return PushedBack(message, retry_after=retry_after, until=until, key=key)
 
 
 class PermanentError(HandlerError):
@@ -60,6 +132,11 @@ class OutcomeUnknownError(HandlerError):
     """An external effect may have happened (a call timed out after it was sent): needs a decision."""
 
     category = ErrorCategory.OUTCOME_UNKNOWN
+
+
+class CheckpointRefused(PermanentError):
+    """A checkpoint out of bounds (its stage name, its size, the number of stages): the same every
+    attempt, so the attempt fails PERMANENT unless the handler catches it."""
 
 
 class StopSignal:
@@ -95,6 +172,23 @@ class ReceiptBook(Protocol):
     async def list(self) -> list[Receipt]: ...
 
 
+class CheckpointBook(Protocol):
+    """Where a context records finished stages; each write is fenced by the attempt's lease (a stale one
+    raises LeaseLost and the attempt stops)."""
+
+    async def record(self, stage: str, data: bytes) -> Checkpoint: ...
+
+    def record_blocking(self, stage: str, data: bytes) -> Checkpoint:
+        """The same from a plain handler's thread (or process), waiting for the answer."""
+        ...
+
+
+class ProgressSink(Protocol):
+    """Where a context's progress goes: takes the latest value at once, from any thread, never blocking."""
+
+    def report(self, fraction: float, message: str) -> None: ...
+
+
 @dataclass
 class JobContext:
     job_id: JobId
@@ -114,7 +208,49 @@ class JobContext:
     # current span while the handler runs, so instrumented libraries nest under it on their own.
     traceparent: str | None = None
     tracestate: str | None = None
+    # The stages finished so far, by name: earlier attempts' (read at claim) and this one's.
+    checkpoints: dict[str, Checkpoint] = field(default_factory=dict)
+    checkpoint_book: CheckpointBook | None = None
+    progress_sink: ProgressSink | None = None
     _unconfirmed: set[str] = field(default_factory=set)
+
+    def completed_stage(self, stage: str) -> Checkpoint | None:
+        """The stage's checkpoint when an attempt (an earlier one, or this one) finished it, else None."""
+        return self.checkpoints.get(stage)
+
+    async def checkpoint(self, stage: str, data: object = b"") -> Checkpoint:
+        """Records that `stage` is done. Call it only once the stage's output is durable (stored where
+        the next attempt finds it): a later attempt skips the stage on the strength of this record.
+        `data` is bytes, kept as they are, or any JSON value (read back with `Checkpoint.json()`); at
+        most 16 KiB: a pointer to the output, never the output itself. From a plain handler, use
+        `checkpoint_blocking`."""
+        encoded = _checked_checkpoint(stage, data)
+        stored = await self._checkpoint_book().record(stage, encoded)
+        self.checkpoints[stage] = stored
+        return stored
+
+    def checkpoint_blocking(self, stage: str, data: object = b"") -> Checkpoint:
+        """`checkpoint` for a plain `def` handler (a thread or a process): waits for the stored record."""
+        encoded = _checked_checkpoint(stage, data)
+        stored = self._checkpoint_book().record_blocking(stage, encoded)
+        self.checkpoints[stage] = stored
+        return stored
+
+    def report_progress(self, fraction: float, message: str = "") -> None:
+        """Says how far the attempt has got (0 to 1), for GetJob and WatchJob. Returns at once from any
+        handler shape; the worker sends at most one value per job per JOBS_PROGRESS_INTERVAL_SECONDS,
+        the latest winning, and the last one before the attempt ends. The message is cut to 200
+        characters. A context with nowhere to send progress drops it."""
+        problem = fraction_problem(fraction)
+        if problem is not None:
+            raise ValueError(problem)
+        if self.progress_sink is not None:
+            self.progress_sink.report(float(fraction), clean_progress_message(message))
+
+    def _checkpoint_book(self) -> CheckpointBook:
+        if self.checkpoint_book is None:
+            raise RuntimeError("this context has no checkpoint book")
+        return self.checkpoint_book
 
     async def record_intent(self, step: str, intent: bytes = b"") -> None:
         """Call just before an external call with side effects. If this attempt's lease then expires
@@ -141,6 +277,14 @@ class JobContext:
         if self.receipt_book is None:
             raise RuntimeError("this context has no receipt book")
         return self.receipt_book
+
+
+def _checked_checkpoint(stage: str, data: object) -> bytes:
+    encoded = encode_checkpoint_data(data)
+    problem = stage_problem(stage) or data_problem(encoded)
+    if problem is not None:
+        raise CheckpointRefused(f"checkpoint {str(stage)[:64]!r}: {problem}")
+    return encoded
 
 
 Handler = Callable[[JobContext], Awaitable[bytes]] | Callable[[JobContext], bytes]

@@ -3,8 +3,9 @@
     from shared.handlers.testing import run_handler
     assert run_handler(resize, b'{"url": "...", "width": 64}') == b"..."
 
-Receipts are kept in memory for the context's lifetime; `receipts` on the returned context after
-`context_for` shows what the handler recorded.
+Receipts, checkpoints and progress are kept in memory for the context's lifetime: after `context_for`,
+`ctx.receipt_book.receipts`, `ctx.checkpoints` and `ctx.progress_sink.reports` show what the handler
+recorded. `context_for(checkpoints={...})` stands for stages an earlier attempt finished.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from shared.domain.checkpoints import Checkpoint, encode_checkpoint_data
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import Receipt
 from shared.handlers.api import Handler, HandlerRegistry, JobContext
@@ -46,6 +48,30 @@ class MemoryReceiptBook:
         return list(self.receipts)
 
 
+@dataclass
+class MemoryCheckpointBook:
+    """Checkpoints of one context's attempt, kept in memory."""
+
+    attempt: int
+    fencing_token: FencingToken
+
+    async def record(self, stage: str, data: bytes) -> Checkpoint:
+        return self.record_blocking(stage, data)
+
+    def record_blocking(self, stage: str, data: bytes) -> Checkpoint:
+        return Checkpoint(stage, data, self.attempt, self.fencing_token, datetime.now(UTC))
+
+
+@dataclass
+class MemoryProgress:
+    """Every progress value a handler reported, in order (a worker sends fewer: the latest per interval)."""
+
+    reports: list[tuple[float, str]] = field(default_factory=list)
+
+    def report(self, fraction: float, message: str) -> None:
+        self.reports.append((fraction, message))
+
+
 def context_for(
     payload: bytes = b"",
     *,
@@ -54,9 +80,15 @@ def context_for(
     max_attempts: int = 3,
     tenant: str = "test-tenant",
     earlier_receipts: list[Receipt] | None = None,
+    checkpoints: dict[str, object] | None = None,
 ) -> JobContext:
-    """A context as a worker would build it for `attempt`, with an in-memory receipt book."""
+    """A context as a worker would build it for `attempt`, with in-memory receipts, checkpoints and
+    progress. `checkpoints` maps the stages an earlier attempt finished to their data (bytes or JSON)."""
     token = FencingToken(attempt)
+    earlier = {
+        stage: Checkpoint(stage, encode_checkpoint_data(data), max(attempt - 1, 1), FencingToken(1), datetime.now(UTC))
+        for stage, data in (checkpoints or {}).items()
+    }
     return JobContext(
         job_id=JobId("00000000-0000-4000-8000-000000000001"),
         tenant=TenantId(tenant),
@@ -66,6 +98,9 @@ def context_for(
         max_attempts=max_attempts,
         fencing_token=token,
         receipt_book=MemoryReceiptBook(attempt, token, list(earlier_receipts or [])),
+        checkpoints=earlier,
+        checkpoint_book=MemoryCheckpointBook(attempt, token),
+        progress_sink=MemoryProgress(),
     )
 
 

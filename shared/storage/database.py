@@ -196,14 +196,14 @@ class Database:
                     raise
 
     async def ping(self, timeout_seconds: float = 2.0) -> bool:
-        """Whether the database answers, over a connection of its own: a pool whose connections are
-        all busy is not a database that is down."""
+        """Whether the database answers and takes writes, over a connection of its own: a pool whose
+        connections are all busy is not a database that is down."""
         if self._probe is not None:
             return await self._probe.ping(timeout_seconds)
         try:
             async with self._pool.connection(timeout=timeout_seconds) as conn:
-                await conn.execute(queries.SESSION_PING)
-            return True
+                row = await (await conn.execute(queries.SESSION_PING)).fetchone()
+            return bool(row and row["writable"])
         except (psycopg.Error, PoolTimeout, OSError):
             return False
 
@@ -237,11 +237,14 @@ class DatabaseProbe:
                         application_name=self._application_name,
                         prepare_threshold=self._prepare_threshold,
                     )
-                await self._conn.execute(queries.SESSION_PING)
-            return True
+                row = await (await self._conn.execute(queries.SESSION_PING)).fetchone()
+            writable = bool(row and row[0])
         except (psycopg.Error, OSError, TimeoutError):
+            writable = False
+        if not writable:
+            # Reconnect next time: a multi-host URL then finds the server that takes writes now.
             await self.close()
-            return False
+        return writable
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -18,6 +18,7 @@ from shared.domain.jobs import (
     LeaseRef,
     LeaseStatus,
     ReportOutcome,
+    RetryHint,
     refusal_outcome,
 )
 from shared.domain.trace_context import TraceContext
@@ -205,9 +206,10 @@ async def complete_batch(conn: Connection, *, worker_id: str, completions: Seque
 
 
 async def fail_attempt(
-    conn: Connection, *, worker_id: str, lease: LeaseRef, error: JobError
+    conn: Connection, *, worker_id: str, lease: LeaseRef, error: JobError, retry_after_seconds: float | None = None
 ) -> FailOutcome | ReportOutcome:
-    """The job's next state, or the refusal when the lease is no longer held."""
+    """The job's next state, or the refusal when the lease is no longer held. `retry_after_seconds`,
+    when given, replaces the computed backoff."""
     cur = await conn.execute(
         queries.JOB_FAIL,
         {
@@ -216,13 +218,38 @@ async def fail_attempt(
             "category": error.category.value,
             "message": error.message,
             "worker_id": worker_id,
+            "retry_after_seconds": retry_after_seconds,
         },
     )
-    row = await cur.fetchone()
+    return await _fail_outcome(conn, lease, await cur.fetchone())
+
+
+async def push_back(
+    conn: Connection, *, worker_id: str, lease: LeaseRef, hint: RetryHint, message: str, uncounted_max: int
+) -> FailOutcome | ReportOutcome:
+    """Ends a pushed-back attempt (uncounted while the job has pushbacks to spare); the refusal when the
+    lease is no longer held."""
+    cur = await conn.execute(
+        queries.JOB_PUSH_BACK,
+        {
+            "job_id": lease.job_id,
+            "fencing_token": lease.fencing_token,
+            "retry_after_seconds": hint.after_seconds,
+            "limit_key": hint.limit_key,
+            "message": message,
+            "uncounted_max": uncounted_max,
+            "worker_id": worker_id,
+        },
+    )
+    return await _fail_outcome(conn, lease, await cur.fetchone())
+
+
+async def _fail_outcome(conn: Connection, lease: LeaseRef, row: dict[str, Any] | None) -> FailOutcome | ReportOutcome:
     if row is None:
         return refusal_outcome((await _current_states(conn, [lease.job_id])).get(lease.job_id))
     state = JobState(row["state"])
-    next_at: datetime | None = row["run_after"] if state is JobState.RETRY_WAIT else None
+    waiting = state in (JobState.RETRY_WAIT, JobState.PENDING)
+    next_at: datetime | None = row["run_after"] if waiting else None
     return FailOutcome(state, next_at)
 
 

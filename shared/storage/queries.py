@@ -11,6 +11,7 @@ _session = load_sql_blocks("session.sql")
 _migrations = load_sql_blocks("migrations.sql")
 _kinds = load_sql_blocks("kinds.sql")
 _admin = load_sql_blocks("admin.sql")
+_scheduling = load_sql_blocks("scheduling.sql")
 _operator = load_sql_blocks("operator.sql")
 
 JOB_INSERT = _jobs.pop("job_insert")
@@ -38,6 +39,7 @@ JOB_LEASE_DIAGNOSE = _jobs.pop("job_lease_diagnose")
 JOB_COMPLETE_BATCH = _jobs.pop("job_complete_batch")
 JOB_FAIL = _jobs.pop("job_fail")
 JOB_RELEASE = _jobs.pop("job_release")
+JOB_PUSH_BACK = _jobs.pop("job_push_back")
 JOB_COUNT_QUEUED = _jobs.pop("job_count_queued")
 
 RESULT_GET = _results.pop("result_get")
@@ -53,6 +55,7 @@ RECEIPT_LIST = _receipts.pop("receipt_list")
 
 METRICS_EXPORTER_LOCK_TRY = _metrics.pop("metrics_exporter_lock_try")
 METRICS_QUEUE_SNAPSHOT = _metrics.pop("metrics_queue_snapshot")
+METRICS_LIMIT_SNAPSHOT = _metrics.pop("metrics_limit_snapshot")
 
 SESSION_SCOPE_TENANT = _session.pop("session_scope_tenant")
 SESSION_SCOPE_TIMEOUT = _session.pop("session_scope_timeout")
@@ -78,6 +81,10 @@ ADMIN_ACTION_RECORD = _admin.pop("admin_action_record")
 ADMIN_JOB_SEARCH = _admin.pop("admin_job_search")
 ADMIN_JOB_MATCH = _admin.pop("admin_job_match")
 ADMIN_JOB_TENANT = _admin.pop("admin_job_tenant")
+JOB_SET_LIMIT_KEYS = _scheduling.pop("job_set_limit_keys")
+KEY_HOLD = _scheduling.pop("key_hold")
+JOB_HOLD_PUSHED_KEY = _scheduling.pop("job_hold_pushed_key")
+JOB_WAITING_REASON = _scheduling.pop("job_waiting_reason")
 
 OPERATOR_QUEUE_OVERVIEW = _operator.pop("operator_queue_overview")
 OPERATOR_JOB_GET = _operator.pop("operator_job_get")
@@ -91,7 +98,19 @@ MIGRATION_RECORD = _migrations.pop("migration_record")
 
 _unused = sorted(
     name
-    for blocks in (_jobs, _results, _events, _receipts, _metrics, _session, _migrations, _kinds, _admin, _operator)
+    for blocks in (
+        _jobs,
+        _results,
+        _events,
+        _receipts,
+        _metrics,
+        _session,
+        _migrations,
+        _kinds,
+        _admin,
+        _scheduling,
+        _operator,
+    )
     for name in blocks
 )
 if _unused:

@@ -41,6 +41,18 @@ class QueueRow:
     oldest_wait_seconds: float | None
 
 
+@dataclass(frozen=True)
+class LimitRow:
+    """One key with an operator's limit or a hold: how many of its jobs run, how many runnable ones it
+    holds back, and whether it has no room now (full, out of tokens, or held)."""
+
+    key: str
+    max_running: int
+    running: int
+    waiting: int
+    saturated: bool
+
+
 class ExporterSession:
     """One connection outside the pool. The exporter lock lives exactly as long as this connection,
     so a replica that dies or loses its database hands the role over without any cleanup."""
@@ -94,6 +106,22 @@ class ExporterSession:
             QueueRow(r["tenant"], r["kind"], JobState(r["state"]), r["jobs"], r["oldest_wait_seconds"])
             for r in rows
             if r["tenant"] is not None
+        ]
+
+    async def read_limits(self) -> list[LimitRow]:
+        """Per limited or held key, with the same proof of the lock as read_snapshot."""
+        if not self._holds_lock or self._conn is None:
+            raise Unavailable("this session does not hold the exporter lock")
+        async with self._closing_on_error():
+            cur = await self._conn.execute(queries.METRICS_LIMIT_SNAPSHOT, {"lock_key": METRICS_EXPORTER_LOCK_KEY})
+            rows = await cur.fetchall()
+        if not rows or not rows[0]["lock_held"]:
+            await self.close()
+            raise Unavailable("the exporter lock is no longer held by this session")
+        return [
+            LimitRow(r["key"], r["max_running"], r["running"], r["waiting"], r["saturated"])
+            for r in rows
+            if r["key"] is not None
         ]
 
     async def close(self) -> None:

@@ -55,7 +55,7 @@ class JobError(_message.Message):
     def __init__(self, category: _Optional[_Union[ErrorCategory, str]] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "kind", "state", "attempts", "max_attempts", "created_at", "run_after", "started_at", "finished_at", "last_error", "cancel_requested", "resource_key", "resource_version", "sequence", "priority", "deadline", "depends_on", "labels", "idempotency_key", "fencing_token")
+    __slots__ = ("job_id", "kind", "state", "attempts", "max_attempts", "created_at", "run_after", "started_at", "finished_at", "last_error", "cancel_requested", "resource_key", "resource_version", "sequence", "priority", "deadline", "depends_on", "labels", "idempotency_key", "fencing_token", "progress", "checkpoints", "waiting_reason", "waiting_for_key")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +83,10 @@ class Job(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REASON_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FOR_KEY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     kind: str
     state: JobState
@@ -103,10 +107,40 @@ class Job(_message.Message):
     labels: _containers.ScalarMap[str, str]
     idempotency_key: str
     fencing_token: int
-    def __init__(self, job_id: _Optional[str] = ..., kind: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., attempts: _Optional[int] = ..., max_attempts: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[_Union[JobError, _Mapping]] = ..., cancel_requested: _Optional[bool] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., sequence: _Optional[int] = ..., priority: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ..., fencing_token: _Optional[int] = ...) -> None: ...
+    progress: JobProgress
+    checkpoints: _containers.RepeatedCompositeFieldContainer[StageCheckpoint]
+    waiting_reason: str
+    waiting_for_key: str
+    def __init__(self, job_id: _Optional[str] = ..., kind: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., attempts: _Optional[int] = ..., max_attempts: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[_Union[JobError, _Mapping]] = ..., cancel_requested: _Optional[bool] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., sequence: _Optional[int] = ..., priority: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., checkpoints: _Optional[_Iterable[_Union[StageCheckpoint, _Mapping]]] = ..., waiting_reason: _Optional[str] = ..., waiting_for_key: _Optional[str] = ...) -> None: ...
+
+class JobProgress(_message.Message):
+    __slots__ = ("fraction", "message", "attempt", "updated_at")
+    FRACTION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    fraction: float
+    message: str
+    attempt: int
+    updated_at: _timestamp_pb2.Timestamp
+    def __init__(self, fraction: _Optional[float] = ..., message: _Optional[str] = ..., attempt: _Optional[int] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class StageCheckpoint(_message.Message):
+    __slots__ = ("stage", "data", "attempt", "fencing_token", "recorded_at")
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_AT_FIELD_NUMBER: _ClassVar[int]
+    stage: str
+    data: bytes
+    attempt: int
+    fencing_token: int
+    recorded_at: _timestamp_pb2.Timestamp
+    def __init__(self, stage: _Optional[str] = ..., data: _Optional[bytes] = ..., attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., recorded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("kind", "payload", "idempotency_key", "priority", "run_after", "max_attempts", "deadline", "resource_key", "resource_version", "depends_on", "labels", "dedupe_by_input")
+    __slots__ = ("kind", "payload", "idempotency_key", "priority", "run_after", "max_attempts", "deadline", "resource_key", "resource_version", "depends_on", "labels", "dedupe_by_input", "limit_keys")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +160,7 @@ class SubmitJobRequest(_message.Message):
     DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     DEDUPE_BY_INPUT_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_KEYS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     payload: bytes
     idempotency_key: str
@@ -138,7 +173,8 @@ class SubmitJobRequest(_message.Message):
     depends_on: _containers.RepeatedScalarFieldContainer[str]
     labels: _containers.ScalarMap[str, str]
     dedupe_by_input: bool
-    def __init__(self, kind: _Optional[str] = ..., payload: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., priority: _Optional[int] = ..., run_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., depends_on: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., dedupe_by_input: _Optional[bool] = ...) -> None: ...
+    limit_keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, kind: _Optional[str] = ..., payload: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., priority: _Optional[int] = ..., run_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., depends_on: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., dedupe_by_input: _Optional[bool] = ..., limit_keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("job", "created")
@@ -167,12 +203,14 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class WatchJobRequest(_message.Message):
-    __slots__ = ("job_id", "after_sequence")
+    __slots__ = ("job_id", "after_sequence", "include_progress")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     after_sequence: int
-    def __init__(self, job_id: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
+    include_progress: bool
+    def __init__(self, job_id: _Optional[str] = ..., after_sequence: _Optional[int] = ..., include_progress: _Optional[bool] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id", "reason")
@@ -183,14 +221,16 @@ class CancelJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RetryJobRequest(_message.Message):
-    __slots__ = ("job_id", "reason", "accept_duplicate_risk")
+    __slots__ = ("job_id", "reason", "accept_duplicate_risk", "clear_checkpoints")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     ACCEPT_DUPLICATE_RISK_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     reason: str
     accept_duplicate_risk: bool
-    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ..., accept_duplicate_risk: _Optional[bool] = ...) -> None: ...
+    clear_checkpoints: bool
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ..., accept_duplicate_risk: _Optional[bool] = ..., clear_checkpoints: _Optional[bool] = ...) -> None: ...
 
 class GetJobResultRequest(_message.Message):
     __slots__ = ("job_id",)

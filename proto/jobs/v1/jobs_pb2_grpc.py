@@ -119,7 +119,8 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchJob(self, request, context):
-        """Streams the job's states with rising sequence numbers; ends after a terminal state.
+        """Streams the job's states with rising sequence numbers; ends after a terminal state. With
+        include_progress, progress changes are sent too, repeating the latest sequence.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from jobs.v1 import jobs_pb2 as jobs_dot_v1_dot_jobs__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14jobs/v1/worker.proto\x12\x07jobs.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12jobs/v1/jobs.proto\".\n\x05Lease\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\"s\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x1e\n\x06leases\x18\x02 \x03(\x0b\x32\x0e.jobs.v1.Lease\x12,\n\textend_by\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xa6\x01\n\x0bLeaseStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x0c\n\x04held\x18\x03 \x01(\x08\x12\x18\n\x10\x63\x61ncel_requested\x18\x04 \x01(\x08\x12\x12\n\nsuperseded\x18\x05 \x01(\x08\x12\x34\n\x10lease_expires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"9\n\x11HeartbeatResponse\x12$\n\x06leases\x18\x01 \x03(\x0b\x32\x14.jobs.v1.LeaseStatus\"K\n\x12\x43ompleteJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x0e\n\x06result\x18\x03 \x01(\x0c\"7\n\x13\x43ompleteJobResponse\x12 \n\x05state\x18\x01 \x01(\x0e\x32\x11.jobs.v1.JobState\"G\n\x13\x43ompleteJobsRequest\x12\x30\n\x0b\x63ompletions\x18\x01 \x03(\x0b\x32\x1b.jobs.v1.CompleteJobRequest\"L\n\x11\x43ompletionOutcome\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x07outcome\x18\x02 \x01(\x0e\x32\x16.jobs.v1.ReportOutcome\"D\n\x14\x43ompleteJobsResponse\x12,\n\x08outcomes\x18\x01 \x03(\x0b\x32\x1a.jobs.v1.CompletionOutcome\"Y\n\x0e\x46\x61ilJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12 \n\x05\x65rror\x18\x03 \x01(\x0b\x32\x11.jobs.v1.JobError\"h\n\x0f\x46\x61ilJobResponse\x12 \n\x05state\x18\x01 \x01(\x0e\x32\x11.jobs.v1.JobState\x12\x33\n\x0fnext_attempt_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"[\n\x11ReleaseJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x0f\n\x07started\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"6\n\x12ReleaseJobResponse\x12 \n\x05state\x18\x01 \x01(\x0e\x32\x11.jobs.v1.JobState*\xb0\x01\n\rReportOutcome\x12\x1e\n\x1aREPORT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1b\n\x17REPORT_OUTCOME_ACCEPTED\x10\x01\x12\x1d\n\x19REPORT_OUTCOME_LEASE_LOST\x10\x02\x12 \n\x1cREPORT_OUTCOME_JOB_CANCELLED\x10\x03\x12!\n\x1dREPORT_OUTCOME_JOB_SUPERSEDED\x10\x04\x32\xef\x02\n\rWorkerService\x12\x42\n\tHeartbeat\x12\x19.jobs.v1.HeartbeatRequest\x1a\x1a.jobs.v1.HeartbeatResponse\x12H\n\x0b\x43ompleteJob\x12\x1b.jobs.v1.CompleteJobRequest\x1a\x1c.jobs.v1.CompleteJobResponse\x12K\n\x0c\x43ompleteJobs\x12\x1c.jobs.v1.CompleteJobsRequest\x1a\x1d.jobs.v1.CompleteJobsResponse\x12<\n\x07\x46\x61ilJob\x12\x17.jobs.v1.FailJobRequest\x1a\x18.jobs.v1.FailJobResponse\x12\x45\n\nReleaseJob\x12\x1a.jobs.v1.ReleaseJobRequest\x1a\x1b.jobs.v1.ReleaseJobResponseB^\n\x13\x64urablejobs.jobs.v1B\x0bWorkerProtoP\x01Z\"durable-jobs/gen/go/jobs/v1;jobsv1\xaa\x02\x13\x44urableJobs.Jobs.V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14jobs/v1/worker.proto\x12\x07jobs.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x12jobs/v1/jobs.proto\".\n\x05Lease\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\"s\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x1e\n\x06leases\x18\x02 \x03(\x0b\x32\x0e.jobs.v1.Lease\x12,\n\textend_by\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xa6\x01\n\x0bLeaseStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x0c\n\x04held\x18\x03 \x01(\x08\x12\x18\n\x10\x63\x61ncel_requested\x18\x04 \x01(\x08\x12\x12\n\nsuperseded\x18\x05 \x01(\x08\x12\x34\n\x10lease_expires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"9\n\x11HeartbeatResponse\x12$\n\x06leases\x18\x01 \x03(\x0b\x32\x14.jobs.v1.LeaseStatus\"K\n\x12\x43ompleteJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x0e\n\x06result\x18\x03 \x01(\x0c\"7\n\x13\x43ompleteJobResponse\x12 \n\x05state\x18\x01 \x01(\x0e\x32\x11.jobs.v1.JobState\"G\n\x13\x43ompleteJobsRequest\x12\x30\n\x0b\x63ompletions\x18\x01 \x03(\x0b\x32\x1b.jobs.v1.CompleteJobRequest\"L\n\x11\x43ompletionOutcome\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x07outcome\x18\x02 \x01(\x0e\x32\x16.jobs.v1.ReportOutcome\"D\n\x14\x43ompleteJobsResponse\x12,\n\x08outcomes\x18\x01 \x03(\x0b\x32\x1a.jobs.v1.CompletionOutcome\"\xb1\x01\n\x0e\x46\x61ilJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12 \n\x05\x65rror\x18\x03 \x01(\x0b\x32\x11.jobs.v1.JobError\x12.\n\x0bretry_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0bpushed_back\x18\x05 \x01(\x08\x12\x11\n\tlimit_key\x18\x06 \x01(\t\"h\n\x0f\x46\x61ilJobResponse\x12 \n\x05state\x18\x01 \x01(\x0e\x32\x11.jobs.v1.JobState\x12\x33\n\x0fnext_attempt_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"<\n\x0f\x46\x61ilJobsRequest\x12)\n\x08\x66\x61ilures\x18\x01 \x03(\x0b\x32\x17.jobs.v1.FailJobRequest\"\xa0\x01\n\x0e\x46\x61ilureOutcome\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x07outcome\x18\x02 \x01(\x0e\x32\x16.jobs.v1.ReportOutcome\x12 \n\x05state\x18\x03 \x01(\x0e\x32\x11.jobs.v1.JobState\x12\x33\n\x0fnext_attempt_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"=\n\x10\x46\x61ilJobsResponse\x12)\n\x08outcomes\x18\x01 \x03(\x0b\x32\x17.jobs.v1.FailureOutcome\"B\n\x12ReleaseJobsRequest\x12,\n\x08releases\x18\x01 \x03(\x0b\x32\x1a.jobs.v1.ReleaseJobRequest\"k\n\x0eReleaseOutcome\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x07outcome\x18\x02 \x01(\x0e\x32\x16.jobs.v1.ReportOutcome\x12 \n\x05state\x18\x03 \x01(\x0e\x32\x11.jobs.v1.JobState\"@\n\x13ReleaseJobsResponse\x12)\n\x08outcomes\x18\x01 \x03(\x0b\x32\x17.jobs.v1.ReleaseOutcome\"[\n\x11ReleaseJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x0f\n\x07started\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\"6\n\x12ReleaseJobResponse\x12 \n\x05state\x18\x01 \x01(\x0e\x32\x11.jobs.v1.JobState\"]\n\x17RecordCheckpointRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\r\n\x05stage\x18\x03 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"q\n\x18RecordCheckpointResponse\x12\'\n\x07outcome\x18\x01 \x01(\x0e\x32\x16.jobs.v1.ReportOutcome\x12,\n\ncheckpoint\x18\x02 \x01(\x0b\x32\x18.jobs.v1.StageCheckpoint\"Z\n\x0eProgressReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x10\n\x08\x66raction\x18\x03 \x01(\x01\x12\x0f\n\x07message\x18\x04 \x01(\t\"A\n\x15ReportProgressRequest\x12(\n\x07reports\x18\x01 \x03(\x0b\x32\x17.jobs.v1.ProgressReport\"J\n\x0fProgressOutcome\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x07outcome\x18\x02 \x01(\x0e\x32\x16.jobs.v1.ReportOutcome\"D\n\x16ReportProgressResponse\x12*\n\x08outcomes\x18\x01 \x03(\x0b\x32\x18.jobs.v1.ProgressOutcome*\xb0\x01\n\rReportOutcome\x12\x1e\n\x1aREPORT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1b\n\x17REPORT_OUTCOME_ACCEPTED\x10\x01\x12\x1d\n\x19REPORT_OUTCOME_LEASE_LOST\x10\x02\x12 \n\x1cREPORT_OUTCOME_JOB_CANCELLED\x10\x03\x12!\n\x1dREPORT_OUTCOME_JOB_SUPERSEDED\x10\x04\x32\xa6\x05\n\rWorkerService\x12\x42\n\tHeartbeat\x12\x19.jobs.v1.HeartbeatRequest\x1a\x1a.jobs.v1.HeartbeatResponse\x12H\n\x0b\x43ompleteJob\x12\x1b.jobs.v1.CompleteJobRequest\x1a\x1c.jobs.v1.CompleteJobResponse\x12K\n\x0c\x43ompleteJobs\x12\x1c.jobs.v1.CompleteJobsRequest\x1a\x1d.jobs.v1.CompleteJobsResponse\x12<\n\x07\x46\x61ilJob\x12\x17.jobs.v1.FailJobRequest\x1a\x18.jobs.v1.FailJobResponse\x12\x45\n\nReleaseJob\x12\x1a.jobs.v1.ReleaseJobRequest\x1a\x1b.jobs.v1.ReleaseJobResponse\x12?\n\x08\x46\x61ilJobs\x12\x18.jobs.v1.FailJobsRequest\x1a\x19.jobs.v1.FailJobsResponse\x12H\n\x0bReleaseJobs\x12\x1b.jobs.v1.ReleaseJobsRequest\x1a\x1c.jobs.v1.ReleaseJobsResponse\x12W\n\x10RecordCheckpoint\x12 .jobs.v1.RecordCheckpointRequest\x1a!.jobs.v1.RecordCheckpointResponse\x12Q\n\x0eReportProgress\x12\x1e.jobs.v1.ReportProgressRequest\x1a\x1f.jobs.v1.ReportProgressResponseB^\n\x13\x64urablejobs.jobs.v1B\x0bWorkerProtoP\x01Z\"durable-jobs/gen/go/jobs/v1;jobsv1\xaa\x02\x13\x44urableJobs.Jobs.V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,8 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'jobs.v1.worker_pb2', _globa
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\023durablejobs.jobs.v1B\013WorkerProtoP\001Z\"durable-jobs/gen/go/jobs/v1;jobsv1\252\002\023DurableJobs.Jobs.V1'
-  _globals['_REPORTOUTCOME']._serialized_start=1213
-  _globals['_REPORTOUTCOME']._serialized_end=1389
+  _globals['_REPORTOUTCOME']._serialized_start=2348
+  _globals['_REPORTOUTCOME']._serialized_end=2524
   _globals['_LEASE']._serialized_start=118
   _globals['_LEASE']._serialized_end=164
   _globals['_HEARTBEATREQUEST']._serialized_start=166
@@ -55,14 +55,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COMPLETIONOUTCOME']._serialized_end=794
   _globals['_COMPLETEJOBSRESPONSE']._serialized_start=796
   _globals['_COMPLETEJOBSRESPONSE']._serialized_end=864
-  _globals['_FAILJOBREQUEST']._serialized_start=866
-  _globals['_FAILJOBREQUEST']._serialized_end=955
-  _globals['_FAILJOBRESPONSE']._serialized_start=957
-  _globals['_FAILJOBRESPONSE']._serialized_end=1061
-  _globals['_RELEASEJOBREQUEST']._serialized_start=1063
-  _globals['_RELEASEJOBREQUEST']._serialized_end=1154
-  _globals['_RELEASEJOBRESPONSE']._serialized_start=1156
-  _globals['_RELEASEJOBRESPONSE']._serialized_end=1210
-  _globals['_WORKERSERVICE']._serialized_start=1392
-  _globals['_WORKERSERVICE']._serialized_end=1759
+  _globals['_FAILJOBREQUEST']._serialized_start=867
+  _globals['_FAILJOBREQUEST']._serialized_end=1044
+  _globals['_FAILJOBRESPONSE']._serialized_start=1046
+  _globals['_FAILJOBRESPONSE']._serialized_end=1150
+  _globals['_FAILJOBSREQUEST']._serialized_start=1152
+  _globals['_FAILJOBSREQUEST']._serialized_end=1212
+  _globals['_FAILUREOUTCOME']._serialized_start=1215
+  _globals['_FAILUREOUTCOME']._serialized_end=1375
+  _globals['_FAILJOBSRESPONSE']._serialized_start=1377
+  _globals['_FAILJOBSRESPONSE']._serialized_end=1438
+  _globals['_RELEASEJOBSREQUEST']._serialized_start=1440
+  _globals['_RELEASEJOBSREQUEST']._serialized_end=1506
+  _globals['_RELEASEOUTCOME']._serialized_start=1508
+  _globals['_RELEASEOUTCOME']._serialized_end=1615
+  _globals['_RELEASEJOBSRESPONSE']._serialized_start=1617
+  _globals['_RELEASEJOBSRESPONSE']._serialized_end=1681
+  _globals['_RELEASEJOBREQUEST']._serialized_start=1683
+  _globals['_RELEASEJOBREQUEST']._serialized_end=1774
+  _globals['_RELEASEJOBRESPONSE']._serialized_start=1776
+  _globals['_RELEASEJOBRESPONSE']._serialized_end=1830
+  _globals['_RECORDCHECKPOINTREQUEST']._serialized_start=1832
+  _globals['_RECORDCHECKPOINTREQUEST']._serialized_end=1925
+  _globals['_RECORDCHECKPOINTRESPONSE']._serialized_start=1927
+  _globals['_RECORDCHECKPOINTRESPONSE']._serialized_end=2040
+  _globals['_PROGRESSREPORT']._serialized_start=2042
+  _globals['_PROGRESSREPORT']._serialized_end=2132
+  _globals['_REPORTPROGRESSREQUEST']._serialized_start=2134
+  _globals['_REPORTPROGRESSREQUEST']._serialized_end=2199
+  _globals['_PROGRESSOUTCOME']._serialized_start=2201
+  _globals['_PROGRESSOUTCOME']._serialized_end=2275
+  _globals['_REPORTPROGRESSRESPONSE']._serialized_start=2277
+  _globals['_REPORTPROGRESSRESPONSE']._serialized_end=2345
+  _globals['_WORKERSERVICE']._serialized_start=2527
+  _globals['_WORKERSERVICE']._serialized_end=3205
 # @@protoc_insertion_point(module_scope)

@@ -102,14 +102,20 @@ class CompleteJobsResponse(_message.Message):
     def __init__(self, outcomes: _Optional[_Iterable[_Union[CompletionOutcome, _Mapping]]] = ...) -> None: ...
 
 class FailJobRequest(_message.Message):
-    __slots__ = ("job_id", "fencing_token", "error")
+    __slots__ = ("job_id", "fencing_token", "error", "retry_after", "pushed_back", "limit_key")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    PUSHED_BACK_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_KEY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     fencing_token: int
     error: _jobs_pb2.JobError
-    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., error: _Optional[_Union[_jobs_pb2.JobError, _Mapping]] = ...) -> None: ...
+    retry_after: _duration_pb2.Duration
+    pushed_back: bool
+    limit_key: str
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., error: _Optional[_Union[_jobs_pb2.JobError, _Mapping]] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., pushed_back: _Optional[bool] = ..., limit_key: _Optional[str] = ...) -> None: ...
 
 class FailJobResponse(_message.Message):
     __slots__ = ("state", "next_attempt_at")
@@ -118,6 +124,52 @@ class FailJobResponse(_message.Message):
     state: _jobs_pb2.JobState
     next_attempt_at: _timestamp_pb2.Timestamp
     def __init__(self, state: _Optional[_Union[_jobs_pb2.JobState, str]] = ..., next_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class FailJobsRequest(_message.Message):
+    __slots__ = ("failures",)
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    failures: _containers.RepeatedCompositeFieldContainer[FailJobRequest]
+    def __init__(self, failures: _Optional[_Iterable[_Union[FailJobRequest, _Mapping]]] = ...) -> None: ...
+
+class FailureOutcome(_message.Message):
+    __slots__ = ("job_id", "outcome", "state", "next_attempt_at")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_ATTEMPT_AT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    outcome: ReportOutcome
+    state: _jobs_pb2.JobState
+    next_attempt_at: _timestamp_pb2.Timestamp
+    def __init__(self, job_id: _Optional[str] = ..., outcome: _Optional[_Union[ReportOutcome, str]] = ..., state: _Optional[_Union[_jobs_pb2.JobState, str]] = ..., next_attempt_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class FailJobsResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[FailureOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[FailureOutcome, _Mapping]]] = ...) -> None: ...
+
+class ReleaseJobsRequest(_message.Message):
+    __slots__ = ("releases",)
+    RELEASES_FIELD_NUMBER: _ClassVar[int]
+    releases: _containers.RepeatedCompositeFieldContainer[ReleaseJobRequest]
+    def __init__(self, releases: _Optional[_Iterable[_Union[ReleaseJobRequest, _Mapping]]] = ...) -> None: ...
+
+class ReleaseOutcome(_message.Message):
+    __slots__ = ("job_id", "outcome", "state")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    outcome: ReportOutcome
+    state: _jobs_pb2.JobState
+    def __init__(self, job_id: _Optional[str] = ..., outcome: _Optional[_Union[ReportOutcome, str]] = ..., state: _Optional[_Union[_jobs_pb2.JobState, str]] = ...) -> None: ...
+
+class ReleaseJobsResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[ReleaseOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[ReleaseOutcome, _Mapping]]] = ...) -> None: ...
 
 class ReleaseJobRequest(_message.Message):
     __slots__ = ("job_id", "fencing_token", "started", "reason")
@@ -136,3 +188,55 @@ class ReleaseJobResponse(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     state: _jobs_pb2.JobState
     def __init__(self, state: _Optional[_Union[_jobs_pb2.JobState, str]] = ...) -> None: ...
+
+class RecordCheckpointRequest(_message.Message):
+    __slots__ = ("job_id", "fencing_token", "stage", "data")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    fencing_token: int
+    stage: str
+    data: bytes
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., stage: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class RecordCheckpointResponse(_message.Message):
+    __slots__ = ("outcome", "checkpoint")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    outcome: ReportOutcome
+    checkpoint: _jobs_pb2.StageCheckpoint
+    def __init__(self, outcome: _Optional[_Union[ReportOutcome, str]] = ..., checkpoint: _Optional[_Union[_jobs_pb2.StageCheckpoint, _Mapping]] = ...) -> None: ...
+
+class ProgressReport(_message.Message):
+    __slots__ = ("job_id", "fencing_token", "fraction", "message")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FRACTION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    fencing_token: int
+    fraction: float
+    message: str
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., fraction: _Optional[float] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ReportProgressRequest(_message.Message):
+    __slots__ = ("reports",)
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    reports: _containers.RepeatedCompositeFieldContainer[ProgressReport]
+    def __init__(self, reports: _Optional[_Iterable[_Union[ProgressReport, _Mapping]]] = ...) -> None: ...
+
+class ProgressOutcome(_message.Message):
+    __slots__ = ("job_id", "outcome")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    outcome: ReportOutcome
+    def __init__(self, job_id: _Optional[str] = ..., outcome: _Optional[_Union[ReportOutcome, str]] = ...) -> None: ...
+
+class ReportProgressResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[ProgressOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[ProgressOutcome, _Mapping]]] = ...) -> None: ...

@@ -63,6 +63,26 @@ class WorkerServiceStub:
                 request_serializer=jobs_dot_v1_dot_worker__pb2.ReleaseJobRequest.SerializeToString,
                 response_deserializer=jobs_dot_v1_dot_worker__pb2.ReleaseJobResponse.FromString,
                 _registered_method=True)
+        self.FailJobs = channel.unary_unary(
+                '/jobs.v1.WorkerService/FailJobs',
+                request_serializer=jobs_dot_v1_dot_worker__pb2.FailJobsRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_worker__pb2.FailJobsResponse.FromString,
+                _registered_method=True)
+        self.ReleaseJobs = channel.unary_unary(
+                '/jobs.v1.WorkerService/ReleaseJobs',
+                request_serializer=jobs_dot_v1_dot_worker__pb2.ReleaseJobsRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_worker__pb2.ReleaseJobsResponse.FromString,
+                _registered_method=True)
+        self.RecordCheckpoint = channel.unary_unary(
+                '/jobs.v1.WorkerService/RecordCheckpoint',
+                request_serializer=jobs_dot_v1_dot_worker__pb2.RecordCheckpointRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_worker__pb2.RecordCheckpointResponse.FromString,
+                _registered_method=True)
+        self.ReportProgress = channel.unary_unary(
+                '/jobs.v1.WorkerService/ReportProgress',
+                request_serializer=jobs_dot_v1_dot_worker__pb2.ReportProgressRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_worker__pb2.ReportProgressResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -109,6 +129,37 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FailJobs(self, request, context):
+        """Many failure reports in one call, each with its own outcome: a refusal (stale lease, cancelled,
+        superseded) is a value in the answer, not an error status. FailJob stays for clients that expect the
+        refusal as FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseJobs(self, request, context):
+        """Many hand-backs in one call, each with its own outcome, refusals as values; ReleaseJob stays for
+        clients that expect the refusal as FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordCheckpoint(self, request, context):
+        """Stores a finished stage's checkpoint under the lease; a stale lease's is refused as an outcome.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportProgress(self, request, context):
+        """Stores the latest progress of many running attempts, each fenced on its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -136,6 +187,26 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.ReleaseJob,
                     request_deserializer=jobs_dot_v1_dot_worker__pb2.ReleaseJobRequest.FromString,
                     response_serializer=jobs_dot_v1_dot_worker__pb2.ReleaseJobResponse.SerializeToString,
+            ),
+            'FailJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.FailJobs,
+                    request_deserializer=jobs_dot_v1_dot_worker__pb2.FailJobsRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_worker__pb2.FailJobsResponse.SerializeToString,
+            ),
+            'ReleaseJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseJobs,
+                    request_deserializer=jobs_dot_v1_dot_worker__pb2.ReleaseJobsRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_worker__pb2.ReleaseJobsResponse.SerializeToString,
+            ),
+            'RecordCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordCheckpoint,
+                    request_deserializer=jobs_dot_v1_dot_worker__pb2.RecordCheckpointRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_worker__pb2.RecordCheckpointResponse.SerializeToString,
+            ),
+            'ReportProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportProgress,
+                    request_deserializer=jobs_dot_v1_dot_worker__pb2.ReportProgressRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_worker__pb2.ReportProgressResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -277,6 +348,114 @@ class WorkerService:
             '/jobs.v1.WorkerService/ReleaseJob',
             jobs_dot_v1_dot_worker__pb2.ReleaseJobRequest.SerializeToString,
             jobs_dot_v1_dot_worker__pb2.ReleaseJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FailJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.WorkerService/FailJobs',
+            jobs_dot_v1_dot_worker__pb2.FailJobsRequest.SerializeToString,
+            jobs_dot_v1_dot_worker__pb2.FailJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.WorkerService/ReleaseJobs',
+            jobs_dot_v1_dot_worker__pb2.ReleaseJobsRequest.SerializeToString,
+            jobs_dot_v1_dot_worker__pb2.ReleaseJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.WorkerService/RecordCheckpoint',
+            jobs_dot_v1_dot_worker__pb2.RecordCheckpointRequest.SerializeToString,
+            jobs_dot_v1_dot_worker__pb2.RecordCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.WorkerService/ReportProgress',
+            jobs_dot_v1_dot_worker__pb2.ReportProgressRequest.SerializeToString,
+            jobs_dot_v1_dot_worker__pb2.ReportProgressResponse.FromString,
             options,
             channel_credentials,
             insecure,

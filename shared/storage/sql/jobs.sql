@@ -120,32 +120,81 @@ ORDER BY created_at DESC, job_id DESC
 LIMIT %(limit)s;
 
 -- name: job_claim_batch
--- Claims up to `limit` runnable jobs of the given kinds under a new lease, raising each fencing token.
-WITH candidates AS (
-    SELECT job_id
-    FROM jobs
-    WHERE state IN ('pending', 'retry_wait')
-      AND run_after <= clock_timestamp()
-      AND (deadline IS NULL OR deadline > clock_timestamp())
-      AND kind = ANY (%(kinds)s::text[])
-    ORDER BY priority DESC, run_after, job_id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+-- Claims up to `limit` runnable jobs of the given kinds under new leases, raising each fencing token, in
+-- fair order (priority, tenant share, age); paused kinds and full keys are passed over (docs/SCHEDULING.md).
+WITH RECURSIVE running AS (
+    -- Keys of running jobs with their counts: a tenant's share so far, and limits that are full.
+    SELECT rk AS key, count(*) AS n
+    FROM jobs AS j, unnest(j.running_keys) AS rk
+    WHERE j.state = 'running'
+    GROUP BY rk
+), blocked AS (
+    -- Keys nothing may start under now. Read without locks: a filter only; jobs_claim_admit decides.
+    SELECT array_agg(b.key) AS keys
+    FROM (SELECT s.key FROM job_key_state AS s WHERE s.held_until > clock_timestamp()
+          UNION
+          SELECT l.key
+          FROM job_limits AS l
+          LEFT JOIN running AS r ON r.key = l.key
+          LEFT JOIN job_key_state AS s ON s.key = l.key
+          WHERE (l.max_running > 0 AND coalesce(r.n, 0) >= l.max_running)
+             OR (l.rate_per_second > 0
+                 AND jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, clock_timestamp()) < 1)
+         ) AS b
+), open_kinds AS (
+    SELECT k.kind
+    FROM unnest(%(kinds)s::text[]) AS k(kind)
+    LEFT JOIN job_kinds AS jk ON jk.kind = k.kind
+    CROSS JOIN blocked AS b
+    WHERE NOT EXISTS (SELECT 1 FROM kind_pauses AS p WHERE p.kind = k.kind)
+      AND NOT coalesce(('kind:' || k.kind) = ANY (b.keys) OR jk.limit_keys && b.keys, false)
+), tenants AS (
+    -- Per open kind, each tenant with runnable rows: one index descent per tenant, however long its queue.
+    SELECT o.kind, (SELECT j.tenant FROM jobs AS j
+                    WHERE j.state IN ('pending', 'retry_wait') AND j.kind = o.kind
+                    ORDER BY j.tenant LIMIT 1) AS tenant
+    FROM open_kinds AS o
+    UNION ALL
+    SELECT t.kind, (SELECT j.tenant FROM jobs AS j
+                    WHERE j.state IN ('pending', 'retry_wait') AND j.kind = t.kind AND j.tenant > t.tenant
+                    ORDER BY j.tenant LIMIT 1)
+    FROM tenants AS t
+    WHERE t.tenant IS NOT NULL
+), candidates AS (
+    SELECT c.job_id, c.tenant, c.priority, c.run_after
+    FROM tenants AS t
+    CROSS JOIN blocked AS b
+    CROSS JOIN LATERAL (
+        SELECT j.job_id, j.tenant, j.priority, j.run_after
+        FROM jobs AS j
+        WHERE j.state IN ('pending', 'retry_wait') AND j.kind = t.kind AND j.tenant = t.tenant
+          AND j.run_after <= clock_timestamp()
+          AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+          AND (j.limit_keys = '{}'
+               OR (NOT coalesce(j.limit_keys && b.keys, false)
+                   AND NOT EXISTS (SELECT 1
+                                   FROM unnest(j.limit_keys, j.limit_key_bounds) AS o(key, bound)
+                                   JOIN running AS r ON r.key = o.key
+                                   WHERE o.bound > 0 AND r.n >= o.bound)))
+        ORDER BY j.priority DESC, j.run_after, j.job_id
+        LIMIT %(limit)s
+    ) AS c
+    WHERE t.tenant IS NOT NULL AND NOT coalesce(('tenant:' || t.tenant) = ANY (b.keys), false)
+), ranked AS (
+    -- A tenant's n-th candidate goes after every tenant whose running and earlier candidates weigh less.
+    SELECT c.job_id, c.priority, c.run_after,
+           (coalesce(r.n, 0) + row_number() OVER (PARTITION BY c.tenant
+                                                  ORDER BY c.priority DESC, c.run_after, c.job_id))::float8
+               / coalesce(w.weight, 1) AS share
+    FROM candidates AS c
+    LEFT JOIN running AS r ON r.key = 'tenant:' || c.tenant
+    LEFT JOIN tenant_weights AS w ON w.tenant = c.tenant
 )
-UPDATE jobs AS j
-SET state = 'running',
-    attempts = j.attempts + 1,
-    fencing_token = j.fencing_token + 1,
-    lease_owner = %(worker_id)s,
-    lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s),
-    started_at = clock_timestamp(),
-    transition_actor = 'worker:' || %(worker_id)s,
-    transition_reason = 'claimed'
-FROM candidates AS c
-WHERE j.job_id = c.job_id
-RETURNING j.job_id, j.tenant, j.kind, j.payload, j.attempts, j.max_attempts, j.fencing_token,
-          j.lease_expires_at, j.created_at, greatest(j.run_after, j.created_at) AS queued_since,
-          j.started_at AS claimed_at, j.traceparent, j.tracestate;
+-- Four times the batch: room for the rows racing claimers lock first, and for candidates a full key turns away.
+SELECT a.*
+FROM jobs_claim_admit(%(worker_id)s, %(lease_seconds)s, %(limit)s,
+                      ARRAY(SELECT job_id FROM ranked ORDER BY priority DESC, share, run_after, job_id
+                            LIMIT 4 * %(limit)s)) AS a;
 
 -- name: job_lock_expired_leases
 -- Locks up to `limit` running jobs whose lease ran out, oldest first, skipping rows another sweep holds and
@@ -290,13 +339,17 @@ SELECT f.job_id, f.state, f.tenant, f.attempts, f.fencing_token
 FROM finished AS f;
 
 -- name: job_fail
--- Fenced failure of one attempt, as jobs_next_state_after_failure decides: RETRY_WAIT after a backoff, or
+-- Fenced failure of one attempt, as jobs_next_state_after_failure decides: RETRY_WAIT after a backoff (or
+-- the handler's retry hint), or
 -- FAILED / OUTCOME_UNKNOWN / CANCELLED. The decision reads the row as locked by FOR UPDATE: a cancel
 -- request committed while this statement waited for the lock is in that version, not in the statement's
 -- snapshot of the table.
 WITH current AS (
+    -- The handler's retry hint, when it gave one, stands in for the computed backoff.
     SELECT job_id, cancel_requested, attempts, max_attempts, deadline,
-           clock_timestamp() + jobs_retry_backoff(attempts, backoff_base_seconds, backoff_cap_seconds) AS retry_at
+           clock_timestamp() + coalesce(make_interval(secs => %(retry_after_seconds)s::double precision),
+                                        jobs_retry_backoff(attempts, backoff_base_seconds, backoff_cap_seconds))
+               AS retry_at
     FROM jobs
     WHERE job_id = %(job_id)s::uuid AND fencing_token = %(fencing_token)s AND state = 'running'
     FOR UPDATE
@@ -364,6 +417,54 @@ SET state = c.next_state,
 FROM decided AS c
 WHERE j.job_id = c.job_id
 RETURNING j.job_id, j.tenant, j.kind, j.state, j.attempts, j.fencing_token;
+
+-- name: job_push_back
+-- Fenced end of an attempt whose provider pushed back: the job waits as PENDING until retry_at and the
+-- attempt is not counted, unless it recorded a receipt (its number must stay unique for the receipts) or
+-- the job used up its uncounted pushbacks; the deadline and a cancel request apply as after any failure.
+WITH current AS (
+    SELECT j.job_id, j.cancel_requested, j.attempts, j.max_attempts, j.deadline,
+           clock_timestamp() + make_interval(secs => %(retry_after_seconds)s::double precision) AS retry_at,
+           EXISTS (SELECT 1 FROM job_receipts AS r WHERE r.job_id = j.job_id AND r.attempt = j.attempts)
+           OR (SELECT count(*) FROM job_events AS e
+               WHERE e.job_id = j.job_id AND e.reason LIKE 'pushed back until %%') >= %(uncounted_max)s
+               AS counted
+    FROM jobs AS j
+    WHERE j.job_id = %(job_id)s::uuid AND j.fencing_token = %(fencing_token)s AND j.state = 'running'
+    FOR UPDATE OF j
+), decided AS (
+    SELECT c.job_id, c.counted, c.retry_at, d.next_state, d.cause
+    FROM current AS c
+    CROSS JOIN LATERAL jobs_next_state_after_failure(
+        'retryable', c.cancel_requested, CASE WHEN c.counted THEN c.attempts ELSE c.attempts - 1 END,
+        c.max_attempts, c.deadline, c.retry_at, 'pending') AS d
+)
+UPDATE jobs AS j
+SET state = d.next_state,
+    attempts = CASE WHEN d.counted THEN j.attempts ELSE j.attempts - 1 END,
+    run_after = CASE WHEN d.next_state = 'pending' THEN d.retry_at ELSE j.run_after END,
+    finished_at = CASE WHEN d.next_state IN ('failed', 'cancelled') THEN clock_timestamp() END,
+    last_error_category = CASE WHEN d.next_state = 'failed' THEN 'retryable'::error_category
+                               ELSE j.last_error_category END,
+    last_error_message = CASE d.cause
+        WHEN 'deadline' THEN 'deadline: pushed back past it: ' || %(message)s
+        WHEN 'attempts_exhausted' THEN 'pushed back on the final attempt: ' || %(message)s
+        ELSE j.last_error_message END,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    transition_actor = 'worker:' || %(worker_id)s,
+    transition_reason = CASE
+        WHEN d.next_state = 'cancelled' THEN 'cancelled'
+        WHEN d.next_state = 'failed' THEN 'attempt failed'
+        ELSE 'pushed back until '
+             || to_char(d.retry_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+             || CASE WHEN %(limit_key)s::text IS NULL THEN '' ELSE ' (key ' || %(limit_key)s::text || ')' END
+             || CASE WHEN d.counted THEN '; counted as an attempt' ELSE '' END
+             || CASE WHEN %(message)s = '' THEN '' ELSE ': ' || %(message)s END
+    END
+FROM decided AS d
+WHERE j.job_id = d.job_id
+RETURNING j.job_id, j.tenant, j.kind, j.state, j.run_after, j.attempts, j.fencing_token;
 
 -- name: job_cancel
 -- Cancels one tenant's unfinished job: at once unless running, where it asks the worker to stop.

@@ -35,3 +35,59 @@ WITH exporter AS (
 SELECT e.lock_held, c.tenant, c.kind, c.state, c.jobs, c.oldest_wait_seconds
 FROM exporter AS e
 LEFT JOIN counts AS c ON e.lock_held;
+
+-- name: metrics_limit_snapshot
+-- Per key with an operator's limit or a hold: its bounds, the jobs running with it, the runnable jobs it holds back now, and whether it has room; only with the exporter lock's proof read in the same statement.
+WITH exporter AS (
+    SELECT EXISTS (
+        SELECT 1 FROM pg_locks
+        WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+          AND classid = (%(lock_key)s::bigint >> 32)::oid
+          AND objid = (%(lock_key)s::bigint & 4294967295)::oid
+          AND objsubid = 1
+    ) AS lock_held
+), keys AS (
+    SELECT key FROM job_limits WHERE max_running > 0 OR rate_per_second > 0
+    UNION
+    SELECT key FROM job_key_state WHERE held_until > statement_timestamp()
+), running AS (
+    SELECT rk AS key, count(*) AS n
+    FROM jobs AS j, unnest(j.running_keys) AS rk
+    WHERE j.state = 'running' AND rk IN (SELECT key FROM keys)
+    GROUP BY rk
+), runnable AS (
+    SELECT tenant, kind, count(*) AS n
+    FROM jobs
+    WHERE state IN ('pending', 'retry_wait') AND run_after <= statement_timestamp()
+    GROUP BY tenant, kind
+), waiting AS (
+    -- Implicit and declared keys from the counts per tenant and kind; a tenant's own keys from its rows.
+    SELECT k.key, sum(r.n) AS n
+    FROM keys AS k
+    JOIN runnable AS r
+      ON k.key = 'kind:' || r.kind OR k.key = 'tenant:' || r.tenant
+         OR EXISTS (SELECT 1 FROM job_kinds AS jk WHERE jk.kind = r.kind AND k.key = ANY (jk.limit_keys))
+    GROUP BY k.key
+    UNION ALL
+    SELECT k.key, count(*)
+    FROM keys AS k
+    JOIN jobs AS j
+      ON j.state IN ('pending', 'retry_wait') AND j.run_after <= statement_timestamp()
+     AND k.key LIKE 'tenant:%%/%%' AND j.tenant = split_part(substr(k.key, 8), '/', 1) AND k.key = ANY (j.limit_keys)
+    GROUP BY k.key
+), per_key AS (
+    SELECT k.key, coalesce(l.max_running, 0) AS max_running, coalesce(r.n, 0) AS running,
+           coalesce((SELECT sum(w.n) FROM waiting AS w WHERE w.key = k.key), 0)::bigint AS waiting,
+           coalesce(s.held_until > statement_timestamp(), false)
+           OR (l.max_running > 0 AND coalesce(r.n, 0) >= l.max_running)
+           OR (l.rate_per_second > 0
+               AND jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, statement_timestamp()) < 1)
+               AS saturated
+    FROM keys AS k
+    LEFT JOIN job_limits AS l ON l.key = k.key
+    LEFT JOIN job_key_state AS s ON s.key = k.key
+    LEFT JOIN running AS r ON r.key = k.key
+)
+SELECT e.lock_held, p.key, p.max_running, p.running, p.waiting, coalesce(p.saturated, false) AS saturated
+FROM exporter AS e
+LEFT JOIN per_key AS p ON e.lock_held;

@@ -13,5 +13,5 @@ SELECT set_config('statement_timeout', %(timeout_ms)s, true);
 SELECT set_config('jobs.tenant', %(tenant)s, true), set_config('statement_timeout', %(timeout_ms)s, true);
 
 -- name: session_ping
--- Whether the database answers at all.
-SELECT 1;
+-- Whether the database answers and takes writes (a demoted or fenced primary answers read-only).
+SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off' AS writable;

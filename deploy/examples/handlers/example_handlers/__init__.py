@@ -1,4 +1,5 @@
-"""An example handler package: two kinds declared at module level, one with a typed payload."""
+"""An example handler package: kinds declared at module level, one with a typed payload, and a
+multi-stage document pipeline that resumes from its checkpoints (documents.py)."""
 
 from __future__ import annotations
 
@@ -32,3 +33,7 @@ def digest(ctx: JobContext) -> bytes:
             break
         value = hashlib.sha256(value).digest()
     return value.hex().encode()
+
+
+# A module of its own, loaded with this package: JOBS_HANDLER_MODULES=example_handlers finds its kinds here.
+from example_handlers.documents import kinds as document_kinds  # noqa: E402, F401 - found by the loader

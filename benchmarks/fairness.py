@@ -1,0 +1,231 @@
+"""Scheduling figures on the real claim and completion statements, with no gRPC and no handler: claimers
+on their own connections claim a batch, hold it for the simulated run time, and complete it.
+
+Sizes come from the environment so that a quick run is possible: BENCH_FLOOD_JOBS (100000),
+BENCH_FAIR_THROUGHPUT_JOBS (20000), BENCH_CLAIM_ROWS (1000000), BENCH_CLAIM_TENANTS (100).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+import uuid
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from benchmarks.harness import median, percentile
+from shared.storage import queries
+
+CLAIMERS = 4
+CLAIM_BATCH = 50
+INSERT_BATCH = 5000
+
+
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, str(default)))
+
+
+@dataclass
+class Drain:
+    """Claimers that claim and complete until `stop` is set or `total` jobs are done."""
+
+    url: str
+    kinds: tuple[str, ...] = ("echo",)
+    run_seconds: float = 0.0
+    batch: int = CLAIM_BATCH
+    done: int = 0
+    stop: bool = False
+
+    async def claimer(self, worker_id: str, total: int | None) -> None:
+        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row) as conn:
+            while not self.stop and (total is None or self.done < total):
+                cur = await conn.execute(
+                    queries.JOB_CLAIM_BATCH,
+                    {"worker_id": worker_id, "kinds": list(self.kinds), "limit": self.batch, "lease_seconds": 60},
+                )
+                claimed = await cur.fetchall()
+                if not claimed:
+                    await asyncio.sleep(0.002)
+                    continue
+                if self.run_seconds:
+                    await asyncio.sleep(self.run_seconds)
+                await conn.execute(
+                    queries.JOB_COMPLETE_BATCH,
+                    {
+                        "job_ids": [r["job_id"] for r in claimed],
+                        "fencing_tokens": [r["fencing_token"] for r in claimed],
+                        "results": [b""] * len(claimed),
+                        "worker_id": worker_id,
+                    },
+                )
+                self.done += len(claimed)
+
+    async def run(self, total: int | None = None) -> None:
+        await asyncio.gather(*(self.claimer(f"bench-{n}", total) for n in range(CLAIMERS)))
+
+
+async def insert_plain(conn: psycopg.AsyncConnection, tenant: str, count: int, kind: str = "echo") -> None:
+    for offset in range(0, count, INSERT_BATCH):
+        n = min(INSERT_BATCH, count - offset)
+        await conn.execute(
+            queries.JOB_INSERT_MANY,
+            {
+                "tenant": tenant,
+                "actor": "bench",
+                "job_ids": [str(uuid.uuid4()) for _ in range(n)],
+                "kinds": [kind] * n,
+                "payloads": [b"x"] * n,
+                "priorities": [0] * n,
+                "run_afters": [None] * n,
+                "deadlines": [None] * n,
+                "max_attempts": [3] * n,
+                "backoff_bases": [1.0] * n,
+                "backoff_caps": [300.0] * n,
+                "labels": [Jsonb({})] * n,
+                "traceparents": [None] * n,
+                "tracestates": [None] * n,
+            },
+        )
+
+
+async def _trickle_waits(url: str, tenant: str, jobs: int, every_seconds: float) -> list[float]:
+    """Submits `jobs` one at a time at a steady pace; returns each one's wait (claim - created), seconds."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        for _ in range(jobs):
+            await insert_plain(conn, tenant, 1)
+            await asyncio.sleep(every_seconds)
+        deadline = time.monotonic() + 600
+        while True:
+            cur = await conn.execute(
+                "SELECT extract(epoch FROM started_at - created_at)::float8 FROM jobs"
+                " WHERE tenant = %s AND started_at IS NOT NULL",
+                (tenant,),
+            )
+            waits = [r[0] for r in await cur.fetchall()]
+            if len(waits) == jobs or time.monotonic() > deadline:
+                return waits
+            await asyncio.sleep(0.05)
+
+
+async def tenant_wait_under_flood(url_solo: str, url_flood: str) -> dict[str, float]:
+    """Tenant B's p99 wait while tenant A's flood is queued, against B alone. Claimers hold each batch for
+    5 ms (the handlers' run time), so the flood keeps them busy for the whole measurement."""
+    flood = env_int("BENCH_FLOOD_JOBS", 100_000)
+    b_jobs, every = 200, 0.01
+    results: dict[str, float] = {"flood_jobs": flood}
+    for label, url in (("solo", url_solo), ("flood", url_flood)):
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            if label == "flood":
+                await insert_plain(conn, "bench-a", flood)
+                await conn.execute("ANALYZE jobs")
+        drain = Drain(url, run_seconds=0.005)
+        workers = asyncio.create_task(drain.run())
+        waits = await _trickle_waits(url, "bench-b", b_jobs, every)
+        drain.stop = True
+        await workers
+        results[f"b_{label}_p99_ms"] = percentile(waits, 99) * 1000
+        results[f"b_{label}_p50_ms"] = median(waits) * 1000
+    results["ratio"] = results["b_flood_p99_ms"] / max(results["b_solo_p99_ms"], 1e-6)
+    return results
+
+
+async def throughput_on_against_off(url_off: str, url_on: str) -> dict[str, float]:
+    """Jobs per second drained by four claimers: one tenant and no limits (off), against four weighted
+    tenants under a tenant limit, a kind rate limit and a kind concurrency limit none of which binds (on):
+    what the fair order and the enforcement cost."""
+    jobs = env_int("BENCH_FAIR_THROUGHPUT_JOBS", 20_000)
+    out: dict[str, float] = {"jobs": jobs}
+    for label, url in (("off", url_off), ("on", url_on)):
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            tenants = ["bench-a"] if label == "off" else [f"bench-{t}" for t in "abcd"]
+            for tenant in tenants:
+                await insert_plain(conn, tenant, jobs // len(tenants))
+            if label == "on":
+                for n, tenant in enumerate(tenants):
+                    await conn.execute(
+                        "INSERT INTO tenant_weights (tenant, weight, updated_by) VALUES (%s, %s, 'bench')",
+                        (tenant, n + 1),
+                    )
+                    await conn.execute(
+                        "INSERT INTO job_limits (key, max_running, updated_by) VALUES (%s, 100000, 'bench')",
+                        (f"tenant:{tenant}",),
+                    )
+                await conn.execute(
+                    "INSERT INTO job_limits (key, max_running, rate_per_second, burst, updated_by)"
+                    " VALUES ('kind:echo', 100000, 1000000, 100000, 'bench')"
+                )
+            await conn.execute("ANALYZE jobs")
+        started = time.monotonic()
+        await Drain(url).run(total=jobs // len(tenants) * len(tenants))
+        out[f"{label}_jobs_per_s"] = jobs / (time.monotonic() - started)
+    out["ratio"] = out["on_jobs_per_s"] / out["off_jobs_per_s"]
+    return out
+
+
+def claim_time_at_scale(url: str) -> dict[str, float]:
+    """One claim of 50 with BENCH_CLAIM_ROWS pending rows of one tenant and BENCH_CLAIM_TENANTS tenants
+    of five each, rolled back so every claim sees the same queue; with and without a limit in force."""
+    rows, tenants = env_int("BENCH_CLAIM_ROWS", 1_000_000), env_int("BENCH_CLAIM_TENANTS", 100)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO jobs (tenant, kind, state, payload, max_attempts, retry_budget, run_after)"
+            " SELECT 'big', 'echo', 'pending', '', 3, 3, clock_timestamp() - interval '1 hour'"
+            " FROM generate_series(1, %s)",
+            (rows,),
+        )
+        conn.execute(
+            "INSERT INTO jobs (tenant, kind, state, payload, max_attempts, retry_budget)"
+            " SELECT 'small-' || t, 'echo', 'pending', '', 3, 3 FROM generate_series(1, %s) AS t,"
+            " generate_series(1, 5)",
+            (tenants,),
+        )
+        conn.execute("VACUUM ANALYZE jobs")
+    out: dict[str, float] = {"rows": rows, "tenants": tenants}
+    with psycopg.connect(url, row_factory=dict_row) as conn:
+        for label in ("plain", "limited"):
+            if label == "limited":
+                conn.execute(
+                    "INSERT INTO job_limits (key, max_running, rate_per_second, burst, updated_by)"
+                    " VALUES ('kind:echo', 1000, 100000, 1000, 'bench'), ('tenant:big', 1000, 0, 1, 'bench')"
+                )
+                conn.commit()
+            times, reached = [], 0
+            for _ in range(30):
+                started = time.perf_counter()
+                claimed = conn.execute(
+                    queries.JOB_CLAIM_BATCH, {"worker_id": "b", "kinds": ["echo"], "limit": 50, "lease_seconds": 30}
+                ).fetchall()
+                times.append(time.perf_counter() - started)
+                reached = len({r["tenant"] for r in claimed})
+                conn.rollback()
+            out[f"{label}_p50_ms"] = median(times) * 1000
+            out[f"{label}_p99_ms"] = percentile(times, 99) * 1000
+            out[f"{label}_tenants_in_batch"] = reached
+    return out
+
+
+async def limit_overshoot(url: str) -> dict[str, float]:
+    """Four racing claimers over a key limited to 3; the most jobs of the key running at once by the
+    database's own stamps (claim's started_at to completion's finished_at), minus the limit."""
+    limit, jobs = 3, env_int("BENCH_OVERSHOOT_JOBS", 2000)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(
+            "INSERT INTO job_limits (key, max_running, updated_by) VALUES ('kind:echo', %s, 'bench')", (limit,)
+        )
+        for tenant in ("bench-a", "bench-b"):
+            await insert_plain(conn, tenant, jobs // 2)
+    drain = Drain(url, batch=random.Random(0).randint(2, 5))
+    await drain.run(total=jobs)
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT started_at, finished_at FROM jobs WHERE state = 'succeeded'").fetchall()
+    edges = sorted([(r[0], 1) for r in rows] + [(r[1], -1) for r in rows])
+    running = most = 0
+    for _, step in edges:
+        running += step
+        most = max(most, running)
+    return {"jobs": len(rows), "limit": limit, "most_running": most, "overshoot": most - limit}

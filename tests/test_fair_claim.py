@@ -1,0 +1,236 @@
+"""The claim's order and its limits over a real database: fair shares across tenants, paused kinds and full
+keys passed over (never waited behind), rate buckets, holds, and slots freed by every way a job stops."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from shared.domain.ids import JobId, TenantId
+from shared.domain.jobs import Completion, ErrorCategory, JobError, JobState, LeaseRef
+from shared.domain.limit_keys import WaitingReason, scope_submission_keys
+from shared.storage import lease_store, scheduling_store
+from tests import factories
+
+pytestmark = pytest.mark.timeout(60)
+
+A, B, C = TenantId("tenant-a"), TenantId("tenant-b"), TenantId("tenant-c")
+
+
+def _tenants(claimed) -> Counter[str]:
+    return Counter(job.tenant for job in claimed)
+
+
+async def test_a_flooding_tenant_does_not_make_another_wait_behind_its_backlog(db):
+    await factories.insert_jobs(db, 200, tenant=A)
+    late = await factories.insert_jobs(db, 3, tenant=B)
+
+    claimed = await factories.claim(db, limit=4)
+
+    assert _tenants(claimed) == {A: 2, B: 2}
+    assert {job.job_id for job in claimed if job.tenant == B} == {job.job_id for job in late[:2]}
+
+
+async def test_tenants_share_in_proportion_to_their_weights(db, sync_db):
+    await factories.insert_jobs(db, 50, tenant=A)
+    await factories.insert_jobs(db, 50, tenant=B)
+    factories.set_weight(sync_db, A, 3)
+
+    assert _tenants(await factories.claim(db, limit=8)) == {A: 6, B: 2}
+
+
+async def test_running_jobs_count_against_a_tenants_share(db):
+    await factories.insert_jobs(db, 20, tenant=A)
+    await factories.claim(db, limit=5)
+    await factories.insert_jobs(db, 20, tenant=B)
+
+    # A already runs 5: B's next five come first.
+    assert _tenants(await factories.claim(db, limit=5)) == {B: 5}
+
+
+async def test_priority_orders_before_the_share(db):
+    await factories.insert_jobs(db, 10, tenant=A, priority=5)
+    await factories.insert_jobs(db, 10, tenant=B)
+
+    assert _tenants(await factories.claim(db, limit=4)) == {A: 4}
+
+
+async def test_a_paused_kind_is_passed_over_and_its_jobs_wait_visibly(db, sync_db):
+    paused = await factories.insert_jobs(db, 50, kind="sleep")
+    later = await factories.insert_jobs(db, 3)
+    factories.pause_kind(sync_db, "sleep")
+
+    claimed = await factories.claim(db, kinds=("sleep", "echo"), limit=10)
+
+    assert {job.job_id for job in claimed} == {job.job_id for job in later}
+    async with db.transaction() as conn:
+        why = await scheduling_store.waiting_reason(conn, A, paused[0].job_id)
+    assert why == WaitingReason("kind_paused", "kind:sleep")
+    assert sync_db.job(paused[0].job_id)["state"] == "pending"
+    sync_db.execute("DELETE FROM kind_pauses")
+    assert len(await factories.claim(db, kinds=("sleep",), limit=10)) == 10
+
+
+async def test_a_full_key_is_passed_over_and_never_exceeded(db, sync_db):
+    await factories.insert_jobs(db, 30, kind="sleep")
+    await factories.insert_jobs(db, 5)
+    factories.set_limit(sync_db, "kind:sleep", max_running=2)
+
+    first = await factories.claim(db, kinds=("sleep", "echo"), limit=10)
+    second = await factories.claim(db, kinds=("sleep", "echo"), limit=10)
+
+    assert Counter(job.kind for job in first) == {"sleep": 2, "echo": 5}
+    assert second == []
+    waiting = sync_db.one("SELECT job_id FROM jobs WHERE state = 'pending' LIMIT 1")["job_id"]
+    async with db.transaction() as conn:
+        why = await scheduling_store.waiting_reason(conn, A, JobId(str(waiting)))
+    assert why == WaitingReason("limit_running", "kind:sleep")
+
+
+async def test_a_key_a_kind_declares_is_shared_by_every_kind_that_declares_it(db, sync_db):
+    factories.declare_kind_keys(sync_db, "echo", ["provider:x"])
+    factories.declare_kind_keys(sync_db, "sleep", ["provider:x"])
+    await factories.insert_jobs(db, 5, kind="sleep")
+    await factories.insert_jobs(db, 5)
+    factories.set_limit(sync_db, "provider:x", max_running=3)
+
+    assert len(await factories.claim(db, kinds=("sleep", "echo"), limit=10)) == 3
+
+
+async def test_within_a_limited_key_tenants_still_share(db, sync_db):
+    await factories.insert_jobs(db, 40, tenant=A)
+    await factories.insert_jobs(db, 4, tenant=B)
+    factories.set_limit(sync_db, "kind:echo", max_running=4)
+
+    assert _tenants(await factories.claim(db, limit=10)) == {A: 2, B: 2}
+
+
+async def test_a_tenant_limit_holds_one_tenant_and_not_the_others(db, sync_db):
+    await factories.insert_jobs(db, 10, tenant=A)
+    await factories.insert_jobs(db, 10, tenant=B)
+    factories.set_limit(sync_db, f"tenant:{A}", max_running=1)
+
+    assert _tenants(await factories.claim(db, limit=6)) == {A: 1, B: 5}
+
+
+async def test_a_rate_limit_starts_a_burst_then_waits_for_tokens(db, sync_db):
+    await factories.insert_jobs(db, 10)
+    factories.set_limit(sync_db, "kind:echo", rate_per_second=0.001, burst=3)
+
+    assert len(await factories.claim(db, limit=10)) == 3
+    assert await factories.claim(db, limit=10) == []
+    # Refilled by the database clock: a bucket last taken from long ago is full again, never over burst.
+    sync_db.execute("UPDATE job_key_state SET refilled_at = clock_timestamp() - interval '1 day'")
+    assert len(await factories.claim(db, limit=10)) == 3
+
+
+async def test_a_held_key_waits_until_its_time_for_every_job_that_carries_it(db, sync_db):
+    held = await factories.insert_jobs(db, 3, tenant=A)
+    await factories.insert_jobs(db, 2, tenant=B, kind="sleep")
+    async with db.transaction() as conn:
+        until = await scheduling_store.hold_key(conn, f"tenant:{A}", datetime.now(UTC) + timedelta(hours=1))
+        # An earlier hold does not shorten the one in force.
+        assert await scheduling_store.hold_key(conn, f"tenant:{A}", datetime.now(UTC)) == until
+        why = await scheduling_store.waiting_reason(conn, A, held[0].job_id)
+
+    assert why == WaitingReason("key_held", f"tenant:{A}")
+    assert _tenants(await factories.claim(db, kinds=("sleep", "echo"), limit=10)) == {B: 2}
+    sync_db.execute("UPDATE job_key_state SET held_until = clock_timestamp() - interval '1 second'")
+    assert _tenants(await factories.claim(db, kinds=("sleep", "echo"), limit=10)) == {A: 3}
+
+
+async def test_a_submissions_own_bound_runs_one_job_of_a_document_at_a_time(db, sync_db):
+    doc_1 = await factories.insert_jobs(db, 3)
+    doc_2 = await factories.insert_jobs(db, 2)
+    for job in doc_1:
+        factories.add_own_keys(sync_db, job.job_id, [f"tenant:{A}/doc:1"], [1])
+    for job in doc_2:
+        factories.add_own_keys(sync_db, job.job_id, [f"tenant:{A}/doc:2"], [1])
+
+    first = await factories.claim(db, limit=10)
+    assert {job.job_id for job in first} == {doc_1[0].job_id, doc_2[0].job_id}
+    assert await factories.claim(db, limit=10) == []
+
+    async with db.transaction() as conn:
+        await lease_store.complete_batch(
+            conn, worker_id="w", completions=[Completion(first[0].job_id, first[0].fencing_token, b"")]
+        )
+    assert [job.job_id for job in await factories.claim(db, limit=10)] == [doc_1[1].job_id]
+
+
+async def _stop_by_completion(db, sync_db, job) -> None:
+    async with db.transaction() as conn:
+        await lease_store.complete_batch(
+            conn, worker_id="w", completions=[Completion(job.job_id, job.fencing_token, b"")]
+        )
+
+
+async def _stop_by_failure(db, sync_db, job) -> None:
+    async with db.transaction() as conn:
+        await lease_store.fail_attempt(
+            conn,
+            worker_id="w",
+            lease=LeaseRef(job.job_id, job.fencing_token),
+            error=JobError(ErrorCategory.PERMANENT, "no"),
+        )
+
+
+async def _stop_by_release(db, sync_db, job) -> None:
+    async with db.transaction() as conn:
+        await lease_store.release(
+            conn, worker_id="w", lease=LeaseRef(job.job_id, job.fencing_token), started=True, reason="drain"
+        )
+
+
+async def _stop_by_lease_expiry(db, sync_db, job) -> None:
+    await factories.expire_lease(db, job.job_id)
+    assert await factories.rescue_expired(db)
+
+
+async def _stop_by_supersede(db, sync_db, job) -> None:
+    await factories.set_state(db, job.job_id, JobState.SUPERSEDED)
+
+
+@pytest.mark.parametrize(
+    "stop",
+    [_stop_by_completion, _stop_by_failure, _stop_by_release, _stop_by_lease_expiry, _stop_by_supersede],
+    ids=lambda f: f.__name__.removeprefix("_stop_by_"),
+)
+async def test_every_way_a_job_stops_running_frees_its_slot(db, sync_db, stop):
+    await factories.insert_jobs(db, 3)
+    factories.set_limit(sync_db, "kind:echo", max_running=1)
+    (running,) = await factories.claim(db, limit=10)
+    assert await factories.claim(db, limit=10) == []
+
+    await stop(db, sync_db, running)
+
+    assert len(await factories.claim(db, limit=10)) == 1
+
+
+async def test_one_tenant_with_a_million_rows_does_not_hide_a_hundred_small_ones(db, sync_db):
+    # Smaller than the benchmark's million, same shape: the claim reaches every tenant in one pass.
+    sync_db.execute(
+        "INSERT INTO jobs (tenant, kind, state, payload, max_attempts, retry_budget, run_after)"
+        " SELECT 'big', 'echo', 'pending', '', 3, 3, clock_timestamp() - interval '1 hour'"
+        " FROM generate_series(1, 20000)"
+    )
+    sync_db.execute(
+        "INSERT INTO jobs (tenant, kind, state, payload, max_attempts, retry_budget)"
+        " SELECT 'small-' || t, 'echo', 'pending', '', 3, 3 FROM generate_series(1, 100) AS t, generate_series(1, 3)"
+    )
+    sync_db.execute("ANALYZE jobs")
+
+    claimed = await factories.claim(db, limit=101)
+
+    assert len(_tenants(claimed)) == 101
+
+
+async def test_two_tenants_own_keys_of_one_name_are_different_keys(db, sync_db):
+    for tenant in (A, B):
+        scoped = scope_submission_keys(tenant, ["doc:1@1"])
+        for job in await factories.insert_jobs(db, 2, tenant=tenant):
+            factories.add_own_keys(sync_db, job.job_id, scoped.keys, scoped.bounds)
+
+    assert _tenants(await factories.claim(db, limit=10)) == {A: 1, B: 1}
