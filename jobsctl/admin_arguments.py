@@ -17,6 +17,7 @@ AddParser = Callable[..., argparse.ArgumentParser]
 # The commands each group holds; __main__ dispatches on (group, action).
 ADMIN_GROUPS = ("limits", "kinds", "tenants", "admin")
 _REASON_HELP = "why (required): recorded with your name, in admin_actions and in each job's history"
+_SETTING_REASON_HELP = "why: recorded with your name in admin_actions"
 
 
 def add_admin_commands(command: AddParser, parents: list[argparse.ArgumentParser]) -> None:
@@ -47,11 +48,11 @@ def _add_limits(group: argparse.ArgumentParser, parents: list[argparse.ArgumentP
     set_limit.add_argument("--max-running", type=int, default=0, metavar="N")
     set_limit.add_argument("--rate", type=float, default=0.0, metavar="R", help="starts per second")
     set_limit.add_argument("--burst", type=int, default=1, metavar="B", help="default 1")
-    set_limit.add_argument("--reason", required=True, help=_REASON_HELP)
+    set_limit.add_argument("--reason", default="", help=_SETTING_REASON_HELP)
     action("list", help="every limit in force")
     delete = action("delete", help="remove the limit of KEY")
     delete.add_argument("key", metavar="KEY")
-    delete.add_argument("--reason", required=True, help=_REASON_HELP)
+    delete.add_argument("--reason", default="", help=_SETTING_REASON_HELP)
 
 
 def _add_kinds(group: argparse.ArgumentParser, parents: list[argparse.ArgumentParser]) -> None:
@@ -65,7 +66,7 @@ def _add_kinds(group: argparse.ArgumentParser, parents: list[argparse.ArgumentPa
     ):
         command = action(name, help=text)
         command.add_argument("kind", metavar="KIND")
-        command.add_argument("--reason", required=True, help=_REASON_HELP)
+        command.add_argument("--reason", default="", help=_SETTING_REASON_HELP)
 
 
 def _add_tenants(group: argparse.ArgumentParser, parents: list[argparse.ArgumentParser]) -> None:
@@ -73,7 +74,7 @@ def _add_tenants(group: argparse.ArgumentParser, parents: list[argparse.Argument
     weight = action("weight", help="set TENANT's weight (1 to 10000; tenants without one weigh 1)")
     weight.add_argument("tenant", metavar="TENANT")
     weight.add_argument("weight", metavar="W", type=int)
-    weight.add_argument("--reason", required=True, help=_REASON_HELP)
+    weight.add_argument("--reason", default="", help=_SETTING_REASON_HELP)
     action("weights", help="every tenant weight set")
 
 

@@ -56,12 +56,22 @@ def test_bad_limits_and_tenant_tokens_are_refused_with_the_field_or_the_role(api
     assert negative.code == 2 and "max_running" in negative.stderr
     burst = ops(api, "limits", "set", "k", "--rate", "1", "--burst", "0", "--reason", "r")
     assert burst.code == 2 and "burst" in burst.stderr
-    no_reason = ops(api, "limits", "set", "k", "--max-running", "1")
+    no_reason = ops(api, "admin", "cancel", "--label", "batch=none", "--dry-run")
     assert no_reason.code == 2 and "--reason" in no_reason.stderr
     as_tenant = jobsctl(api, "limits", "list")
     assert as_tenant.code != 0 and "PERMISSION_DENIED" in as_tenant.stderr
     unknown = ops(api, "kinds", "pause", "no.such.kind", "--reason", "r")
     assert unknown.code == 2 and "kind" in unknown.stderr
+
+
+def test_the_contracts_forms_work_as_written_and_record_who(api: str) -> None:
+    """A reason is optional for settings (it is recorded when given); bulk job changes require one."""
+    limit = ops(api, "limits", "set", "provider:x", "--max-running", "2", "--rate", "1", "--burst", "3")
+    assert (limit.code, limit.text) == (0, "provider:x max_running=2 rate=1/s burst=3\n"), limit.stderr
+    paused = ops(api, "kinds", "pause", "echo")
+    assert paused.code == 0 and paused.text.startswith("echo paused by admin:ops"), paused.stderr
+    listed = ops(api, "limits", "list").text.splitlines()
+    assert listed[1].split()[:5] == ["provider:x", "2", "1", "3", "admin:ops"]
 
 
 def test_kinds_and_tenant_weights_transcript(api: str) -> None:

@@ -42,7 +42,7 @@ class AdminConfig:
         """Creates or replaces the key's limit; the claim applies it from its next statement on."""
         violations = ViolationCollector()
         check_limit_spec(violations, spec)
-        check_reason(violations, reason)
+        check_reason(violations, reason, required=False)
         violations.raise_if_any()
         async with self._db.transaction() as conn:
             limit = await admin_store.set_limit(conn, spec, actor.name)
@@ -55,7 +55,7 @@ class AdminConfig:
         """False when the key had no limit; the request is recorded either way."""
         violations = ViolationCollector()
         check_name(violations, "key", key, LIMIT_KEY_MAX_CHARS)
-        check_reason(violations, reason)
+        check_reason(violations, reason, required=False)
         violations.raise_if_any()
         async with self._db.transaction() as conn:
             deleted = await admin_store.delete_limit(conn, key)
@@ -70,7 +70,7 @@ class AdminConfig:
     async def set_tenant_weight(self, actor: Actor, tenant: TenantId, weight: int, reason: str) -> TenantWeight:
         violations = ViolationCollector()
         check_weight(violations, tenant, weight)
-        check_reason(violations, reason)
+        check_reason(violations, reason, required=False)
         violations.raise_if_any()
         async with self._db.transaction() as conn:
             stored = await admin_store.set_tenant_weight(conn, tenant, weight, actor.name)
@@ -131,7 +131,7 @@ class AdminConfig:
 def _check_kind_request(kind: str, reason: str) -> None:
     violations = ViolationCollector()
     check_name(violations, "kind", kind, SubmissionLimits().max_kind_chars)
-    check_reason(violations, reason)
+    check_reason(violations, reason, required=False)
     violations.raise_if_any()
 
 

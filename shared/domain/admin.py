@@ -115,9 +115,9 @@ class BulkOutcome:
     dry_run: bool
 
 
-def check_reason(violations: ViolationCollector, reason: str) -> None:
-    """Every change an operator makes says why."""
-    if not reason.strip():
+def check_reason(violations: ViolationCollector, reason: str, *, required: bool = True) -> None:
+    """A change to jobs says why (it goes into each job's history); a change to a setting may."""
+    if required and not reason.strip():
         violations.add("reason", "is required: say why, it is recorded with your name")
     check_text(violations, "reason", reason, REASON_MAX_CHARS)
 
