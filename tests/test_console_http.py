@@ -3,14 +3,16 @@ cookies, the CSRF token on every action, the Content-Security-Policy, and escapi
 
 from __future__ import annotations
 
+import json
 import urllib.parse
+from pathlib import Path
 
 import grpc
 import pytest
 
 from jobs.v1 import jobs_pb2
 from tests.console_client import ConsoleClient, start_with_console
-from tests.process_fixtures import ADMIN_TOKEN, READONLY_TOKEN, WORKER_TOKEN, ServiceStack, tenant_token
+from tests.process_fixtures import ADMIN_TOKEN, READONLY_TOKEN, WORKER_TOKEN, ServiceStack, tenant_token, wait_until
 
 pytestmark = pytest.mark.e2e
 XSS = '<script>alert("xss")</script><img src=x onerror=alert(1)>'
@@ -136,11 +138,11 @@ def test_an_operator_sees_every_tenant_and_a_tenant_still_only_its_own(
 def test_a_job_page_is_told_to_refresh_only_when_its_job_changed(service_stack: ServiceStack, console: str) -> None:
     job = service_stack.tenant("acme").submit("echo", b"x").job
     client = signed_in(console)
-    unchanged = client.get(f"/jobs/{job.job_id}/live?sequence={job.sequence}", HX_Request="true")
+    unchanged = client.get(f"/jobs/{job.job_id}/live?version={job.sequence}-0", HX_Request="true")
     assert unchanged.status == 204 and not unchanged.header("HX-Refresh")
     csrf = client.csrf_token(f"/jobs/{job.job_id}")
     assert client.post(f"/jobs/{job.job_id}/cancel", {"reason": "stop", "csrf_token": csrf}).status == 303
-    changed = client.get(f"/jobs/{job.job_id}/live?sequence={job.sequence}", HX_Request="true")
+    changed = client.get(f"/jobs/{job.job_id}/live?version={job.sequence}-0", HX_Request="true")
     assert changed.header("HX-Refresh") == "true"
 
 
@@ -179,3 +181,17 @@ def test_kinds_pause_and_limits_go_through_the_admin_use_cases(service_stack: Se
     assert readonly.post("/kinds/resume", {"kind": "echo", "reason": "r", "csrf_token": ro_csrf}).status == 403
     assert readonly.post("/limits/delete", {"key": "kind:echo", "reason": "r", "csrf_token": ro_csrf}).status == 403
     assert 'action="/kinds/' not in readonly.get("/kinds").body
+
+
+def test_a_job_page_shows_its_stage_checkpoints_and_progress(
+    service_stack: ServiceStack, console: str, tmp_path: Path
+) -> None:
+    service_stack.start_worker("w1", JOBS_HANDLER_MODULES="tests.handlers_for_tests")
+    acme = service_stack.tenant("acme")
+    payload = json.dumps({"dir": str(tmp_path), "fail_after": 2}).encode()
+    job_id = acme.submit("staged.async", payload).job.job_id
+    wait_until(lambda: acme.get(job_id).state == jobs_pb2.JOB_STATE_SUCCEEDED, timeout=60, what="the staged job")
+    page = signed_in(console).get(f"/jobs/{job_id}").body
+    assert "Stage checkpoints" in page
+    assert all(stage in page for stage in ("upload_check", "extract_text", "embed", "publish_index"))
+    assert '<progress max="1" value="1.0">' in page and "100 %" in page

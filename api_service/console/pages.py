@@ -145,10 +145,10 @@ class ConsolePages:
         return self.page(request, "job.html", detail=detail, retryable=RETRYABLE)
 
     async def job_live(self, request: web.Request) -> web.StreamResponse:
-        """Polled by the job page with the sequence it shows: nothing (204) while the job is unchanged,
-        else a refresh of the whole page, so that its actions and result are never stale either."""
+        """Polled by the job page with the version it shows (sequence and progress): nothing (204) while
+        the job is unchanged, else a refresh of the whole page, so its actions and result are never stale."""
         detail = await self._reads.job(JobId(request.match_info["job_id"]))
-        if request.query.get("sequence") == str(detail.job.sequence):
+        if request.query.get("version") == detail.version:
             return web.Response(status=204)
         return web.Response(status=200, headers={"HX-Refresh": "true"})
 
@@ -163,9 +163,13 @@ class ConsolePages:
 
     async def retry(self, request: web.Request) -> web.StreamResponse:
         operator, job_id, reason = await self._action_input(request)
-        accept = (await request.post()).get("accept_duplicate_risk") == "yes"
+        form = await request.post()
+        accept = form.get("accept_duplicate_risk") == "yes"
+        fresh = form.get("clear_checkpoints") == "yes"
         try:
-            job = await self._actions.retry(operator.name, job_id, reason, accept_duplicate_risk=accept)
+            job = await self._actions.retry(
+                operator.name, job_id, reason, accept_duplicate_risk=accept, clear_checkpoints=fresh
+            )
             operator.session.flash.append(("ok", f"Retry recorded: the job is {job.state.value} again."))
         except FailedPrecondition as exc:
             operator.session.flash.append(("error", exc.message))

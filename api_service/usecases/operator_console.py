@@ -12,7 +12,7 @@ from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Job
 from shared.domain.operator_views import JobDetail, QueueLine
 from shared.domain.submission_rules import check_job_id
-from shared.storage import job_store, operator_store, receipt_store
+from shared.storage import checkpoint_store, job_store, operator_store, progress_store, receipt_store
 from shared.storage.database import Database
 
 # How much of a payload or result the job page shows; the rest is there through GetJobResult.
@@ -32,7 +32,8 @@ class OperatorReads:
             return await operator_store.queue_overview(conn, failed_window_seconds=self._failed_window_seconds)
 
     async def job(self, job_id: JobId) -> JobDetail:
-        """The job with its history (each failed attempt's error), receipts and relatives."""
+        """The job with its history (each failed attempt's error), receipts, relatives, stage checkpoints
+        and latest progress."""
         check_job_id(job_id)
         async with self._db.transaction() as conn:
             detail = await operator_store.get_job_detail(conn, job_id, preview_bytes=PREVIEW_BYTES)
@@ -42,7 +43,16 @@ class OperatorReads:
             events = await job_store.list_events(conn, job.tenant, job_id, after_sequence=0, limit=EVENTS_SHOWN_MAX)
             receipts = await receipt_store.list_receipts(conn, job_id)
             relatives = await operator_store.relatives(conn, job_id, job.depends_on)
-        return dataclasses.replace(detail, events=events, receipts=receipts, relatives=relatives)
+            checkpoints = await checkpoint_store.list_for_job(conn, job.tenant, job_id)
+            progress = await progress_store.get(conn, job.tenant, job_id)
+        return dataclasses.replace(
+            detail,
+            events=events,
+            receipts=receipts,
+            relatives=relatives,
+            checkpoints=checkpoints,
+            progress=progress,
+        )
 
 
 class OperatorJobActions:
@@ -55,9 +65,18 @@ class OperatorJobActions:
     async def cancel(self, actor: str, job_id: JobId, reason: str) -> Job:
         return await self._lifecycle.cancel(await self._tenant_of(job_id), actor, job_id, reason)
 
-    async def retry(self, actor: str, job_id: JobId, reason: str, *, accept_duplicate_risk: bool) -> Job:
+    async def retry(
+        self, actor: str, job_id: JobId, reason: str, *, accept_duplicate_risk: bool, clear_checkpoints: bool = False
+    ) -> Job:
         tenant = await self._tenant_of(job_id)
-        return await self._lifecycle.retry(tenant, actor, job_id, reason, accept_duplicate_risk=accept_duplicate_risk)
+        return await self._lifecycle.retry(
+            tenant,
+            actor,
+            job_id,
+            reason,
+            accept_duplicate_risk=accept_duplicate_risk,
+            clear_checkpoints=clear_checkpoints,
+        )
 
     async def _tenant_of(self, job_id: JobId) -> TenantId:
         check_job_id(job_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from shared.domain.checkpoints import Checkpoint, Progress
 from shared.domain.ids import JobId
 from shared.domain.jobs import Job, JobEvent, JobState, Receipt
 
@@ -66,3 +67,11 @@ class JobDetail:
     events: list[JobEvent]
     receipts: list[Receipt]
     relatives: list[Relative]
+    checkpoints: tuple[Checkpoint, ...] = ()
+    progress: Progress | None = None
+
+    @property
+    def version(self) -> str:
+        """Changes whenever the job page would: a transition, or a progress report of its attempt."""
+        reported = self.progress.updated_at.timestamp() if self.progress else 0
+        return f"{self.job.sequence}-{reported}"
