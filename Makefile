@@ -70,7 +70,7 @@ system-deps: ## Install what the tests need from the OS (promtool, pg_autoctl, p
 	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [[ -z "$$missing" ]]; then \
-		echo "system packages present: promtool, pg_autoctl, pgbouncer, node $$(node --version), npm $$(npm --version), $$(chromium --version)"; \
+		echo "system packages present: promtool, pg_autoctl, pgbouncer, node $$(node --version), npm $$(npm --version), chromium"; \
 	else \
 		apt-get update; \
 		DEBIAN_FRONTEND=noninteractive apt-get install --yes --no-install-recommends $$missing; \
