@@ -62,14 +62,15 @@ bench: venv ## Throughput, latency and memory figures against their targets: a t
 	@echo "benchmarks use admin URL $(JOBS_TEST_ADMIN_URL) (BENCH_ONLY, BENCH_JOBS, BENCH_SOAK_SECONDS: see benchmarks/__main__.py)"
 	BENCH_ADMIN_URL=$${BENCH_ADMIN_URL:-$(JOBS_TEST_ADMIN_URL)} $(VENV_PYTHON) -m benchmarks
 
-system-deps: ## Install what the tests need from the OS (promtool, pg_autoctl, pgbouncer, node and npm) when missing; run as root
+system-deps: ## Install what the tests need from the OS (promtool, pg_autoctl, pgbouncer, node and npm, chromium) when missing; run as root
 	@missing=""; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v pg_autoctl >/dev/null || missing="$$missing postgresql-15-auto-failover"; \
 	command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || missing="$$missing pgbouncer"; \
 	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [[ -z "$$missing" ]]; then \
-		echo "system packages present: promtool, pg_autoctl, pgbouncer, node $$(node --version), npm $$(npm --version)"; \
+		echo "system packages present: promtool, pg_autoctl, pgbouncer, node $$(node --version), npm $$(npm --version), chromium"; \
 	else \
 		apt-get update; \
 		DEBIAN_FRONTEND=noninteractive apt-get install --yes --no-install-recommends $$missing; \

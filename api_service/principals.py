@@ -60,6 +60,15 @@ class PrincipalDirectory:
                 found = entry.principal
         return found
 
+    def by_digest(self, digest: bytes) -> Principal | None:
+        """The principal whose token hashes to `digest`: a console session keeps only the digest, and
+        asks again on every request, so a token removed from the file ends its sessions at the reload."""
+        found = None
+        for entry in self._entries:
+            if hmac.compare_digest(entry.digest, digest):
+                found = entry.principal
+        return found
+
 
 class PrincipalsFile:
     """The principals file, re-read on request (SIGHUP). A call holds the Principal it authenticated

@@ -12,6 +12,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from api_service.admin_servicer import AdminServicer
+from api_service.console.server import ConsoleServer
 from api_service.health_monitor import HealthMonitor
 from api_service.interceptors import ServiceInterceptor
 from api_service.job_change_hub import JobChangeHub
@@ -164,6 +165,9 @@ async def serve(settings: ApiSettings) -> None:
     await server.start()
     if probes:
         await probes.start()
+    console = ConsoleServer(settings.console, principals, db) if settings.console else None
+    if console:
+        await console.start()
     _reload_on_sighup(principals, tls)
     background += [
         asyncio.create_task(_publish_builtin_kinds(db)),
@@ -190,6 +194,8 @@ async def serve(settings: ApiSettings) -> None:
         task.cancel()
     await asyncio.gather(*background, return_exceptions=True)
     await health_servicer.enter_graceful_shutdown()
+    if console:
+        await console.stop()
     await server.stop(settings.shutdown_grace_seconds)
     if probes:
         await probes.stop(None)

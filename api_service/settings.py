@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from api_service.console.settings import ConsoleSettings
 from api_service.queue_gauges import FAILED_WINDOW_SECONDS_DEFAULT, REFRESH_SECONDS_DEFAULT
 from api_service.result_cache import ResultCacheLimits
 from api_service.transport_security import ServerTlsFiles
@@ -75,6 +76,8 @@ class ApiSettings:
     # it looks for due fires when none were due.
     scheduler_enabled: bool
     scheduler_poll_seconds: float
+    # The operator console's HTTP listener (JOBS_CONSOLE_LISTEN); None: no console.
+    console: ConsoleSettings | None = None
 
     @property
     def grpc_max_message_bytes(self) -> int:
@@ -136,6 +139,7 @@ class ApiSettings:
             scheduler_poll_seconds=env_float(
                 env, "JOBS_SCHEDULER_POLL_SECONDS", SCHEDULER_POLL_SECONDS_DEFAULT, minimum=0.05
             ),
+            console=ConsoleSettings.from_env(env),
         )
 
 

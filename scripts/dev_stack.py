@@ -72,6 +72,7 @@ class Addresses:
     api: str = "127.0.0.1:50051"
     api_metrics: str = "127.0.0.1:9464"
     worker_metrics: tuple[str, ...] = ("127.0.0.1:9465", "127.0.0.1:9466")
+    console: str = "127.0.0.1:8080"
 
     @classmethod
     def from_env(cls, env) -> Addresses:
@@ -81,10 +82,11 @@ class Addresses:
             api=env.get("JOBS_DEV_API_LISTEN") or default.api,
             api_metrics=env.get("JOBS_DEV_METRICS_LISTEN") or default.api_metrics,
             worker_metrics=tuple(a.strip() for a in workers.split(",") if a.strip()) or default.worker_metrics,
+            console=env.get("JOBS_DEV_CONSOLE_LISTEN") or default.console,
         )
 
     def all(self) -> tuple[str, ...]:
-        return (self.api, self.api_metrics, *self.worker_metrics)
+        return (self.api, self.api_metrics, *self.worker_metrics, self.console)
 
 
 DEV_TENANT = "dev"
@@ -152,13 +154,13 @@ def main() -> int:
         stack.paths.root.mkdir(parents=True, exist_ok=True)
         database_url = _database_url(stack)
         _migrate(stack.paths, database_url)
-        tenant_token, worker_token = _dev_tokens(stack.paths)
-        _write_principals_file(stack.paths, tenant_token, worker_token)
+        tenant_token, worker_token, admin_token = _dev_tokens(stack.paths)
+        _write_principals_file(stack.paths, tenant_token, worker_token, admin_token)
         _start_api(stack, database_url)
         _wait_until_serving(stack, started)
         _start_workers(stack, database_url, worker_token)
         _wait_for_workers(stack)
-        _print_welcome(stack, time.monotonic() - started, tenant_token)
+        _print_welcome(stack, time.monotonic() - started, tenant_token, admin_token)
         return _supervise(stack)
     except StackError as exc:
         print(f"dev stack: {exc}", file=sys.stderr)
@@ -240,12 +242,19 @@ def _migrate(paths: DevPaths, database_url: str) -> None:
     print("migrations applied")
 
 
-def _dev_tokens(paths: DevPaths) -> tuple[str, str]:
-    """The tenant and worker tokens of earlier runs, or new ones kept for the next run."""
+def _dev_tokens(paths: DevPaths) -> tuple[str, str, str]:
+    """The tenant, worker and operator tokens of earlier runs, or new ones kept for the next run (a
+    file from before the console keeps its tenant and worker tokens and gains an operator token)."""
     try:
         with paths.tokens.open("rb") as kept:
             stored = tomllib.load(kept)
-        tokens = (stored["tenant_token"], stored["worker_token"])
+        tokens = (
+            stored["tenant_token"],
+            stored["worker_token"],
+            stored.get("admin_token") or secrets.token_urlsafe(24),
+        )
+        if "admin_token" not in stored:
+            _keep_dev_tokens(paths, *tokens)
     except FileNotFoundError:
         tokens = None
     except (OSError, tomllib.TOMLDecodeError, KeyError) as exc:
@@ -257,18 +266,23 @@ def _dev_tokens(paths: DevPaths) -> tuple[str, str]:
             print(f"{_shown(paths.tokens)} was readable by others; now owner-only")
         print(f"dev tokens reused from {_shown(paths.tokens)}")
         return tokens
-    tenant_token, worker_token = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    new = (secrets.token_urlsafe(24), secrets.token_urlsafe(24), secrets.token_urlsafe(24))
+    _keep_dev_tokens(paths, *new)
+    print(f"new dev tokens kept in {_shown(paths.tokens)}")
+    return new
+
+
+def _keep_dev_tokens(paths: DevPaths, tenant_token: str, worker_token: str, admin_token: str) -> None:
     _write_private(
         paths.tokens,
         "# The dev stack's bearer tokens, reused on every `make run`; delete this file for new ones.\n"
         f'tenant_token = "{tenant_token}"  # tenant "{DEV_TENANT}"\n'
-        f'worker_token = "{worker_token}"\n',
+        f'worker_token = "{worker_token}"\n'
+        f'admin_token = "{admin_token}"  # the operator console\n',
     )
-    print(f"new dev tokens kept in {_shown(paths.tokens)}")
-    return tenant_token, worker_token
 
 
-def _write_principals_file(paths: DevPaths, tenant_token: str, worker_token: str) -> None:
+def _write_principals_file(paths: DevPaths, tenant_token: str, worker_token: str, admin_token: str) -> None:
     """What the API authenticates with: only SHA-256 hashes."""
     _write_private(
         paths.principals,
@@ -279,7 +293,11 @@ def _write_principals_file(paths: DevPaths, tenant_token: str, worker_token: str
         "[[principal]]\n"
         f'token_sha256 = "{_sha256_hex(worker_token)}"\n'
         'role = "worker"\n'
-        'name = "dev"\n',
+        'name = "dev"\n\n'
+        "[[principal]]\n"
+        f'token_sha256 = "{_sha256_hex(admin_token)}"\n'
+        'role = "admin"\n'
+        'name = "dev-operator"\n',
     )
 
 
@@ -319,6 +337,7 @@ def _start_api(stack: Stack, database_url: str) -> None:
         "JOBS_API_LISTEN": stack.addresses.api,
         "JOBS_METRICS_LISTEN": stack.addresses.api_metrics,
         "JOBS_TOKENS_FILE": str(stack.paths.principals),
+        "JOBS_CONSOLE_LISTEN": stack.addresses.console,
     }
     _start_child(stack, "api", "api_service", env)
 
@@ -381,7 +400,7 @@ def _http_answers(url: str) -> bool:
         return False
 
 
-def _print_welcome(stack: Stack, seconds: float, tenant_token: str) -> None:
+def _print_welcome(stack: Stack, seconds: float, tenant_token: str, admin_token: str) -> None:
     addresses = stack.addresses
     host, port = addresses.api.rsplit(":", 1)
     target = "" if addresses.api == Addresses().api else f"  export JOBS_API_TARGET={addresses.api}\n"
@@ -390,6 +409,8 @@ def _print_welcome(stack: Stack, seconds: float, tenant_token: str) -> None:
 Ready in {seconds:.1f}s: API on {addresses.api} (metrics http://{addresses.api_metrics}/metrics),
 workers with metrics on {", ".join(f"http://{m}/metrics" for m in addresses.worker_metrics)}.
 Logs: {_shown(stack.paths.logs)}/*.log. Ctrl-C drains and stops everything.
+
+Operator console: http://{addresses.console}/ (sign in with the operator token {admin_token})
 
 In another shell (tenant "{DEV_TENANT}"; the token stays the same across restarts, kept in
 {_shown(stack.paths.tokens)}: delete that file for a new one):

@@ -32,6 +32,7 @@ def register(registry: HandlerRegistry) -> None:
     registry.register("pushed.twice", max_attempts=1)(pushed_back_twice)
     registry.register("charge.slow", max_attempts=3, external_side_effects=True)(charge_slowly)
     registry.register("plain.crash", max_attempts=2, backoff_base_seconds=0.1)(plain_crash)
+    registry.register("crash.until_retried", max_attempts=2, backoff_base_seconds=0.1)(crash_until_retried)
     registry.register("cpu.thread", max_attempts=1)(busy_for)
     registry.register("cpu.process", max_attempts=1, executor="process")(busy_for)
     registry.register("process.crash", max_attempts=1, executor="process")(process_crash)
@@ -128,6 +129,14 @@ def plain_echo(ctx: JobContext) -> bytes:
 
 def plain_crash(ctx: JobContext) -> bytes:
     raise KeyError(f"missing field on attempt {ctx.attempt}")
+
+
+def crash_until_retried(ctx: JobContext) -> bytes:
+    """Fails both attempts of its budget with an unclassified exception (so with a traceback) whose
+    message carries markup, and succeeds on the first attempt after a manual retry."""
+    if ctx.attempt <= 2:
+        raise ValueError(f"<script>window.__xss = 1</script> ledger mismatch on attempt {ctx.attempt}")
+    return b"reconciled on attempt %d" % ctx.attempt
 
 
 def busy_for(ctx: JobContext) -> bytes:

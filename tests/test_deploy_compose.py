@@ -102,8 +102,8 @@ def test_database_urls_point_at_the_postgres_service_with_its_credentials(servic
 def test_ports_follow_the_listen_addresses(services: dict) -> None:
     api = ApiSettings.from_env(_api_env(services))
     published = {int(p.split(":")[-1]): p for p in services["api"]["ports"]}
-    assert api.metrics_listen is not None
-    assert set(published) == {_port(api.listen), _port(api.metrics_listen)}
+    assert api.metrics_listen is not None and api.console is not None
+    assert set(published) == {_port(api.listen), _port(api.metrics_listen), _port(api.console.listen)}
     assert all(p.startswith("127.0.0.1:") for p in published.values()), "published on loopback only"
     for name in WORKERS:
         worker = WorkerSettings.from_env(services[name]["environment"])

@@ -58,6 +58,7 @@ def _dev_env(database_url: str, dev_dir: Path) -> dict[str, str]:
         "JOBS_DEV_API_LISTEN": f"127.0.0.1:{free_port()}",
         "JOBS_DEV_METRICS_LISTEN": f"127.0.0.1:{free_port()}",
         "JOBS_DEV_WORKER_METRICS_LISTEN": f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}",
+        "JOBS_DEV_CONSOLE_LISTEN": f"127.0.0.1:{free_port()}",
     }
 
 
@@ -106,6 +107,7 @@ def test_jobsctl_dev_runs_the_local_stack_until_ctrl_c(database_url: str, tmp_pa
     dev = _DevRun(_dev_env(database_url, tmp_path))
     try:
         assert "using DATABASE_URL from the environment" in dev.text
+        assert "Operator console: http://127.0.0.1:" in dev.text
         submitted = _cli(dev.target, dev.token, "submit", "echo", "--payload", "from jobsctl dev")
         assert submitted.returncode == 0, submitted.stderr
         result = _cli(dev.target, dev.token, "result", "--wait", submitted.stdout.decode().strip())

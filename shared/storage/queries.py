@@ -13,6 +13,7 @@ _kinds = load_sql_blocks("kinds.sql")
 _admin = load_sql_blocks("admin.sql")
 _scheduling = load_sql_blocks("scheduling.sql")
 _schedules = load_sql_blocks("schedules.sql")
+_operator = load_sql_blocks("operator.sql")
 
 JOB_INSERT = _jobs.pop("job_insert")
 JOB_INSERT_MANY = _jobs.pop("job_insert_many")
@@ -96,6 +97,10 @@ SCHEDULE_CLOCK = _schedules.pop("schedule_clock")
 SCHEDULE_RECORD_STEP = _schedules.pop("schedule_record_step")
 SCHEDULE_FIRE_RECORD = _schedules.pop("schedule_fire_record")
 
+OPERATOR_QUEUE_OVERVIEW = _operator.pop("operator_queue_overview")
+OPERATOR_JOB_GET = _operator.pop("operator_job_get")
+OPERATOR_JOB_RELATIVES = _operator.pop("operator_job_relatives")
+
 MIGRATION_LOCK = _migrations.pop("migration_lock")
 MIGRATION_UNLOCK = _migrations.pop("migration_unlock")
 MIGRATION_TABLE_CREATE = _migrations.pop("migration_table_create")
@@ -134,6 +139,7 @@ _unused = sorted(
         _resources,
         _delivery_sets,
         _schedules,
+        _operator,
     )
     for name in blocks
 )
