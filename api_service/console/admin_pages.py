@@ -75,8 +75,16 @@ class AdminPages:
             operator.session.flash.append(("error", exc.message))
             raise web.HTTPSeeOther(f"/jobs?{filter_query}") from None
         if bulk.dry_run:
+            # Shown as the operator typed the filter, not URL-encoded.
+            filter_text = ", ".join(f"{k}={v}" for k, v in urllib.parse.parse_qsl(filter_query))
             return self._page(
-                request, "bulk_confirm.html", outcome=outcome, bulk=bulk, action=action, filter_query=filter_query
+                request,
+                "bulk_confirm.html",
+                outcome=outcome,
+                bulk=bulk,
+                action=action,
+                filter_query=filter_query,
+                filter_text=filter_text,
             )
         _flash_outcome(operator.session.flash, action, outcome)
         raise web.HTTPSeeOther(f"/jobs?{filter_query}")
