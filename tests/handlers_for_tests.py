@@ -44,6 +44,10 @@ def register(registry: HandlerRegistry) -> None:
         registry.register(f"staged.{executor}", max_attempts=3, backoff_base_seconds=0.1, executor=executor)(handler)
     registry.register("progress.burst", max_attempts=1)(progress_burst)
     registry.register("gather", max_attempts=2, backoff_base_seconds=0.1)(gather)
+    for executor in ("thread", "process"):
+        registry.register(f"gather.{executor}", max_attempts=2, backoff_base_seconds=0.1, executor=executor)(
+            gather_plain
+        )
     # Its policy comes from the environment, so two replicas can disagree on it.
     registry.register("variant", max_attempts=int(os.environ.get("JOBS_TEST_VARIANT_MAX_ATTEMPTS", "2")))(plain_echo)
 
@@ -51,6 +55,12 @@ def register(registry: HandlerRegistry) -> None:
 async def gather(ctx: JobContext) -> bytes:
     """A fan-in: the results of the jobs it depends on, as JSON by job id."""
     results = await ctx.dependency_results()
+    return json.dumps({job_id: payload.decode() for job_id, payload in sorted(results.items())}).encode()
+
+
+def gather_plain(ctx: JobContext) -> bytes:
+    """gather as a plain def, for a thread or a child process."""
+    results = ctx.dependency_results_blocking()
     return json.dumps({job_id: payload.decode() for job_id, payload in sorted(results.items())}).encode()
 
 

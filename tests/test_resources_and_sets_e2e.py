@@ -96,3 +96,19 @@ def test_a_delivery_set_superseded_by_a_newer_version_answers_only_the_new_compl
     assert sorted(gathered.values()) == ["audio v8", "image v8", "text v8"]
     for member in _set(api, "lesson-7", 7)["members"]:
         assert member["job"]["state"] in {"JOB_STATE_SUPERSEDED", "JOB_STATE_SUCCEEDED"}
+
+
+@pytest.mark.parametrize("executor", ["thread", "process"])
+def test_plain_handlers_in_a_thread_or_a_process_read_their_dependencies_results(
+    service_stack: ServiceStack, executor: str
+) -> None:
+    service_stack.start_api()
+    api = service_stack.api_target
+    service_stack.start_worker("w1", **TEST_HANDLERS)
+    _ok(jobsctl(api, "sets", "submit", "doc-1", "1", "--member", "text=echo:text v1", "--member", "image=echo:image v1",
+                "--fan-in", f"gather.{executor}:"))  # fmt: skip
+    fan_in = _set(api, "doc-1", 1)["fan_in"]["job_id"]
+    assert jobsctl(api, "watch", fan_in).code == 0
+    assert _state(api, fan_in) == "JOB_STATE_SUCCEEDED"
+    gathered = json.loads(_ok(jobsctl(api, "result", fan_in)))
+    assert sorted(gathered.values()) == ["image v1", "text v1"]

@@ -17,6 +17,7 @@ from typing import Any
 
 from shared.domain.checkpoints import Checkpoint
 from shared.domain.errors import LeaseLost
+from shared.domain.ids import JobId
 from shared.domain.jobs import ErrorCategory
 from shared.domain.kinds import Executor
 from shared.handlers.api import (
@@ -137,12 +138,23 @@ class _ChildCalls:
                 return
             if message[0] == "progress":
                 self._context.report_progress(message[1], message[2])
+            elif message[0] == "dependencies":
+                self._connection.send(await self._dependencies())
             else:
                 self._connection.send(await self._checkpoint(message[1], message[2]))
 
     async def _checkpoint(self, stage: str, data: bytes) -> tuple[Any, ...]:
         try:
             return ("ok", await self._context.checkpoint(stage, data))
+        except LeaseLost as exc:
+            self.lease_lost = exc
+            return ("lease_lost", exc.message)
+        except HandlerError as exc:
+            return ("classified", exc.category.value, str(exc))
+
+    async def _dependencies(self) -> tuple[Any, ...]:
+        try:
+            return ("ok", await self._context.dependency_results())
         except LeaseLost as exc:
             self.lease_lost = exc
             return ("lease_lost", exc.message)
@@ -172,7 +184,7 @@ async def _next_message(connection: multiprocessing.connection.Connection) -> tu
 
 
 class _ParentCalls:
-    """The child's side of _ChildCalls: its context's checkpoint book and progress sink."""
+    """The child's side of _ChildCalls: its context's checkpoint book, progress sink and dependency results."""
 
     def __init__(self, connection: Any) -> None:
         self._connection = connection
@@ -186,12 +198,23 @@ class _ParentCalls:
         return await asyncio.get_running_loop().run_in_executor(None, self.record_blocking, stage, data)
 
     def record_blocking(self, stage: str, data: bytes) -> Checkpoint:
+        stored: Checkpoint = self._ask(("checkpoint", stage, data))
+        return stored
+
+    async def read(self) -> dict[JobId, bytes]:
+        return await asyncio.get_running_loop().run_in_executor(None, self.read_blocking)
+
+    def read_blocking(self) -> dict[JobId, bytes]:
+        found: dict[JobId, bytes] = self._ask(("dependencies",))
+        return found
+
+    def _ask(self, request: tuple[Any, ...]) -> Any:
+        """The parent's answer to one request, or the error it stands for."""
         with self._lock:
-            self._connection.send(("checkpoint", stage, data))
+            self._connection.send(request)
             answer = self._connection.recv()
         if answer[0] == "ok":
-            stored: Checkpoint = answer[1]
-            return stored
+            return answer[1]
         if answer[0] == "lease_lost":
             raise LeaseLost(answer[1])
         raise _ERRORS_BY_CATEGORY[ErrorCategory(answer[1])](answer[2])
@@ -268,7 +291,11 @@ class _ProcessStopSignal(StopSignal):
 def _child_main(sender: Any, handler: Any, child_context: _ChildContext, stop: ProcessEvent, calls: Any) -> None:
     parent = _ParentCalls(calls)
     context = JobContext(
-        **child_context.fields, stop_requested=_ProcessStopSignal(stop), checkpoint_book=parent, progress_sink=parent
+        **child_context.fields,
+        stop_requested=_ProcessStopSignal(stop),
+        checkpoint_book=parent,
+        progress_sink=parent,
+        dependency_source=parent,
     )
     try:
         result = handler(context)

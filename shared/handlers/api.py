@@ -194,6 +194,10 @@ class DependencyResults(Protocol):
 
     async def read(self) -> dict[JobId, bytes]: ...
 
+    def read_blocking(self) -> dict[JobId, bytes]:
+        """The same from a plain handler's thread (or process), waiting for the answer."""
+        ...
+
 
 @dataclass
 class JobContext:
@@ -263,9 +267,16 @@ class JobContext:
         """The stored results of the jobs this one depends on (depends_on; a delivery set's members for its
         fan-in), by job id. Read through the API for this attempt's lease only: a replaced attempt gets
         LeaseLost. A dependency whose resource was deleted since has no result and is absent."""
+        return await self._dependencies().read()
+
+    def dependency_results_blocking(self) -> dict[JobId, bytes]:
+        """`dependency_results` for a plain `def` handler (a thread or a process)."""
+        return self._dependencies().read_blocking()
+
+    def _dependencies(self) -> DependencyResults:
         if self.dependency_source is None:
             raise RuntimeError("this context has no dependency results")
-        return await self.dependency_source.read()
+        return self.dependency_source
 
     async def record_intent(self, step: str, intent: bytes = b"") -> None:
         """Call just before an external call with side effects. If this attempt's lease then expires
