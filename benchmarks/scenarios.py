@@ -71,6 +71,8 @@ async def bare_sql_lifecycle(url: str, jobs: int) -> float:
                         "backoff_bases": [1.0] * n,
                         "backoff_caps": [300.0] * n,
                         "labels": [Jsonb({})] * n,
+                        "traceparents": [None] * n,
+                        "tracestates": [None] * n,
                     },
                 )
 
