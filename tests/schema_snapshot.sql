@@ -51,6 +51,10 @@ BEGIN
     RETURN NEW;
 END $$;
 
+CREATE FUNCTION public.jobs_changed_batch_size() RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT 100 $$;
+
 CREATE FUNCTION public.jobs_delete_finished(job_ids uuid[], retention_seconds double precision) RETURNS SETOF uuid
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
@@ -115,12 +119,31 @@ CREATE FUNCTION public.jobs_record_event() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    INSERT INTO job_events (job_id, tenant, sequence, from_state, to_state, attempt, fencing_token, actor, reason)
-    VALUES (NEW.job_id, NEW.tenant, NEW.sequence,
-            CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END,
-            NEW.state, NEW.attempts, NEW.fencing_token, NEW.transition_actor, NEW.transition_reason);
-    -- One wake-up per job for watchers; workers listen on jobs_runnable (statement-level, below).
-    PERFORM pg_notify('jobs_changed', NEW.job_id::text || ':' || NEW.sequence::text);
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO job_events (job_id, tenant, sequence, from_state, to_state, attempt, fencing_token, actor,
+                                reason)
+        SELECT n.job_id, n.tenant, n.sequence, NULL, n.state, n.attempts, n.fencing_token, n.transition_actor,
+               n.transition_reason
+        FROM new_rows AS n;
+        PERFORM pg_notify('jobs_changed', string_agg(n.job_id::text || ':' || n.sequence::text, ','))
+        FROM (SELECT job_id, sequence, row_number() OVER () AS position FROM new_rows) AS n
+        GROUP BY (n.position - 1) / jobs_changed_batch_size();
+    ELSE
+        -- bump_sequence raised `sequence` exactly for the rows whose state or cancel request changed.
+        INSERT INTO job_events (job_id, tenant, sequence, from_state, to_state, attempt, fencing_token, actor,
+                                reason)
+        SELECT n.job_id, n.tenant, n.sequence, o.state, n.state, n.attempts, n.fencing_token, n.transition_actor,
+               n.transition_reason
+        FROM new_rows AS n
+        JOIN old_rows AS o ON o.job_id = n.job_id
+        WHERE o.sequence IS DISTINCT FROM n.sequence;
+        PERFORM pg_notify('jobs_changed', string_agg(c.job_id::text || ':' || c.sequence::text, ','))
+        FROM (SELECT n.job_id, n.sequence, row_number() OVER () AS position
+              FROM new_rows AS n
+              JOIN old_rows AS o ON o.job_id = n.job_id
+              WHERE o.sequence IS DISTINCT FROM n.sequence) AS c
+        GROUP BY (c.position - 1) / jobs_changed_batch_size();
+    END IF;
     RETURN NULL;
 END $$;
 
@@ -161,27 +184,40 @@ CREATE FUNCTION public.jobs_retry_backoff_ceiling(attempt integer, base_seconds 
 CREATE FUNCTION public.jobs_settle_dependents() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    ended record;
 BEGIN
-    IF NEW.state = 'succeeded' THEN
-        PERFORM 1 FROM jobs AS d
-        WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[NEW.job_id]
-        ORDER BY d.job_id
-        FOR UPDATE;
-        UPDATE jobs AS d
-        SET state = 'pending', run_after = greatest(d.run_after, clock_timestamp()),
-            transition_actor = 'system', transition_reason = 'dependencies succeeded'
-        WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[NEW.job_id]
-          AND NOT EXISTS (
-              SELECT 1 FROM jobs AS p
-              WHERE p.job_id = ANY (d.depends_on) AND p.state <> 'succeeded');
-    ELSE
-        UPDATE jobs AS d
-        SET state = 'failed', finished_at = clock_timestamp(),
-            last_error_category = 'permanent',
-            last_error_message = 'dependency ' || NEW.job_id || ' ended ' || NEW.state,
-            transition_actor = 'system', transition_reason = 'dependency ' || NEW.job_id || ' ended ' || NEW.state
-        WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[NEW.job_id];
-    END IF;
+    FOR ended IN
+        SELECT n.job_id, n.state
+        FROM new_rows AS n
+        JOIN old_rows AS o ON o.job_id = n.job_id
+        WHERE o.state IS DISTINCT FROM n.state
+          AND n.state IN ('succeeded', 'failed', 'cancelled', 'superseded')
+          AND EXISTS (SELECT 1 FROM jobs AS d WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[n.job_id])
+        ORDER BY n.job_id
+    LOOP
+        IF ended.state = 'succeeded' THEN
+            PERFORM 1 FROM jobs AS d
+            WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[ended.job_id]
+            ORDER BY d.job_id
+            FOR UPDATE;
+            UPDATE jobs AS d
+            SET state = 'pending', run_after = greatest(d.run_after, clock_timestamp()),
+                transition_actor = 'system', transition_reason = 'dependencies succeeded'
+            WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[ended.job_id]
+              AND NOT EXISTS (
+                  SELECT 1 FROM jobs AS p
+                  WHERE p.job_id = ANY (d.depends_on) AND p.state <> 'succeeded');
+        ELSE
+            UPDATE jobs AS d
+            SET state = 'failed', finished_at = clock_timestamp(),
+                last_error_category = 'permanent',
+                last_error_message = 'dependency ' || ended.job_id || ' ended ' || ended.state,
+                transition_actor = 'system',
+                transition_reason = 'dependency ' || ended.job_id || ' ended ' || ended.state
+            WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[ended.job_id];
+        END IF;
+    END LOOP;
     RETURN NULL;
 END $$;
 
@@ -448,11 +484,11 @@ CREATE TRIGGER jobs_notify_runnable_insert AFTER INSERT ON public.jobs FOR EACH 
 
 CREATE TRIGGER jobs_notify_stop AFTER UPDATE ON public.jobs FOR EACH ROW WHEN (((old.state = 'running'::public.job_state) AND ((new.cancel_requested AND (NOT old.cancel_requested)) OR (new.state = 'superseded'::public.job_state)))) EXECUTE FUNCTION public.jobs_notify_stop();
 
-CREATE TRIGGER jobs_record_insert AFTER INSERT ON public.jobs FOR EACH ROW EXECUTE FUNCTION public.jobs_record_event();
+CREATE TRIGGER jobs_record_insert AFTER INSERT ON public.jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_record_event();
 
-CREATE TRIGGER jobs_record_update AFTER UPDATE ON public.jobs FOR EACH ROW WHEN ((old.sequence IS DISTINCT FROM new.sequence)) EXECUTE FUNCTION public.jobs_record_event();
+CREATE TRIGGER jobs_record_update AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_record_event();
 
-CREATE TRIGGER jobs_settle_dependents AFTER UPDATE OF state ON public.jobs FOR EACH ROW WHEN (((old.state IS DISTINCT FROM new.state) AND (new.state = ANY (ARRAY['succeeded'::public.job_state, 'failed'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])))) EXECUTE FUNCTION public.jobs_settle_dependents();
+CREATE TRIGGER jobs_settle_dependents AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_settle_dependents();
 
 ALTER TABLE ONLY public.job_attempt_errors
     ADD CONSTRAINT job_attempt_errors_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
