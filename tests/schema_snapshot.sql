@@ -117,7 +117,7 @@ END $$;
 
 CREATE FUNCTION public.jobs_record_event() RETURNS trigger
     LANGUAGE plpgsql
-    AS $$
+    AS $_$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO job_events (job_id, tenant, sequence, from_state, to_state, attempt, fencing_token, actor,
@@ -130,22 +130,28 @@ BEGIN
         GROUP BY (n.position - 1) / jobs_changed_batch_size();
     ELSE
         -- bump_sequence raised `sequence` exactly for the rows whose state or cancel request changed.
-        INSERT INTO job_events (job_id, tenant, sequence, from_state, to_state, attempt, fencing_token, actor,
-                                reason)
-        SELECT n.job_id, n.tenant, n.sequence, o.state, n.state, n.attempts, n.fencing_token, n.transition_actor,
-               n.transition_reason
-        FROM new_rows AS n
-        JOIN old_rows AS o ON o.job_id = n.job_id
-        WHERE o.sequence IS DISTINCT FROM n.sequence;
-        PERFORM pg_notify('jobs_changed', string_agg(c.job_id::text || ':' || c.sequence::text, ','))
-        FROM (SELECT n.job_id, n.sequence, row_number() OVER () AS position
-              FROM new_rows AS n
-              JOIN old_rows AS o ON o.job_id = n.job_id
-              WHERE o.sequence IS DISTINCT FROM n.sequence) AS c
-        GROUP BY (c.position - 1) / jobs_changed_batch_size();
+        EXECUTE $sql$
+            WITH changed AS MATERIALIZED (
+                SELECT n.job_id, n.tenant, n.sequence, o.state AS from_state, n.state AS to_state, n.attempts,
+                       n.fencing_token, n.transition_actor, n.transition_reason,
+                       row_number() OVER () AS position
+                FROM new_rows AS n
+                JOIN old_rows AS o ON o.job_id = n.job_id
+                WHERE o.sequence IS DISTINCT FROM n.sequence
+            ), recorded AS (
+                INSERT INTO job_events (job_id, tenant, sequence, from_state, to_state, attempt, fencing_token,
+                                        actor, reason)
+                SELECT job_id, tenant, sequence, from_state, to_state, attempts, fencing_token, transition_actor,
+                       transition_reason
+                FROM changed
+            )
+            SELECT pg_notify('jobs_changed', string_agg(c.job_id::text || ':' || c.sequence::text, ','))
+            FROM changed AS c
+            GROUP BY (c.position - 1) / jobs_changed_batch_size()
+        $sql$;
     END IF;
     RETURN NULL;
-END $$;
+END $_$;
 
 CREATE FUNCTION public.jobs_retention_floor() RETURNS interval
     LANGUAGE sql IMMUTABLE
@@ -183,11 +189,11 @@ CREATE FUNCTION public.jobs_retry_backoff_ceiling(attempt integer, base_seconds 
 
 CREATE FUNCTION public.jobs_settle_dependents() RETURNS trigger
     LANGUAGE plpgsql
-    AS $$
+    AS $_$
 DECLARE
     ended record;
 BEGIN
-    FOR ended IN
+    FOR ended IN EXECUTE $sql$
         SELECT n.job_id, n.state
         FROM new_rows AS n
         JOIN old_rows AS o ON o.job_id = n.job_id
@@ -195,6 +201,7 @@ BEGIN
           AND n.state IN ('succeeded', 'failed', 'cancelled', 'superseded')
           AND EXISTS (SELECT 1 FROM jobs AS d WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[n.job_id])
         ORDER BY n.job_id
+    $sql$
     LOOP
         IF ended.state = 'succeeded' THEN
             PERFORM 1 FROM jobs AS d
@@ -219,7 +226,7 @@ BEGIN
         END IF;
     END LOOP;
     RETURN NULL;
-END $$;
+END $_$;
 
 CREATE FUNCTION public.jobs_tenant_visible(row_tenant text) RETURNS boolean
     LANGUAGE sql STABLE
