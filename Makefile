@@ -10,6 +10,10 @@ VENV_PYTHON := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.installed-from-pyproject
 # npm ci rewrites node_modules/ from package-lock.json; the stamp makes it re-run only when the lock changes.
 NODE_STAMP := node_modules/.installed-from-lock
+# PgQueuer, the peer `make bench` runs beside this service, lives in a venv of its own.
+BENCH_VENV := .bench-venv
+BENCH_VENV_STAMP := $(BENCH_VENV)/.installed-from-requirements
+BENCH_REQUIREMENTS := benchmarks/pgqueuer-requirements.txt
 
 # The tests create their own databases through this admin connection.
 TEST_ADMIN_URL_DEFAULT := postgresql://postgres@127.0.0.1:5432/postgres
@@ -58,9 +62,14 @@ test: venv node-deps lint ## lint, then pytest (PostgreSQL from JOBS_TEST_ADMIN_
 run: venv ## The API and two workers on loopback, over DATABASE_URL or an embedded PostgreSQL in .dev/
 	$(VENV_PYTHON) scripts/dev_stack.py
 
-bench: venv ## Throughput, latency and memory figures against their targets: a table, then one JSON line
-	@echo "benchmarks use admin URL $(JOBS_TEST_ADMIN_URL) (BENCH_ONLY, BENCH_JOBS, BENCH_SOAK_SECONDS: see benchmarks/__main__.py)"
-	BENCH_ADMIN_URL=$${BENCH_ADMIN_URL:-$(JOBS_TEST_ADMIN_URL)} $(VENV_PYTHON) -m benchmarks
+bench: venv $(BENCH_VENV_STAMP) ## Throughput, latency and memory figures against their targets, PgQueuer beside us: a table, then one JSON line
+	@echo "benchmarks use admin URL $(JOBS_TEST_ADMIN_URL) (BENCH_ONLY, BENCH_JOBS, BENCH_REPEAT, BENCH_SOAK_SECONDS: see benchmarks/__main__.py)"
+	BENCH_ADMIN_URL=$${BENCH_ADMIN_URL:-$(JOBS_TEST_ADMIN_URL)} BENCH_PEER_PYTHON=$(BENCH_VENV)/bin/python $(VENV_PYTHON) -m benchmarks
+
+$(BENCH_VENV_STAMP): $(BENCH_REQUIREMENTS)
+	@test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(BENCH_REQUIREMENTS)
+	@touch $@
 
 system-deps: ## Install what the tests need from the OS (promtool, pg_autoctl, pgbouncer, node and npm, chromium) when missing; run as root
 	@missing=""; \
@@ -77,5 +86,5 @@ system-deps: ## Install what the tests need from the OS (promtool, pg_autoctl, p
 	fi
 
 clean: ## Remove the venv, caches, build output and .dev/ (the embedded database's data)
-	rm -rf $(VENV) node_modules .dev build dist *.egg-info .pytest_cache .ruff_cache .import_linter_cache .mypy_cache
+	rm -rf $(VENV) $(BENCH_VENV) node_modules .dev build dist *.egg-info .pytest_cache .ruff_cache .import_linter_cache .mypy_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -47,6 +47,8 @@ _STATE_FROM_PROTO = {number: state for state, number in _STATE_TO_PROTO.items()}
 _CATEGORY_TO_PROTO = {
     c: cast(jobs_pb2.ErrorCategory, jobs_pb2.ErrorCategory.Value(f"ERROR_CATEGORY_{c.name}")) for c in ErrorCategory
 }
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NAIVE_EPOCH = datetime(1970, 1, 1)  # noqa: DTZ001 - a naive value is UTC, as FromDatetime takes it
 _CATEGORY_FROM_PROTO = {number: c for c, number in _CATEGORY_TO_PROTO.items()}
 _OUTCOME_TO_PROTO = {
     o: cast(worker_pb2.ReportOutcome, worker_pb2.ReportOutcome.Value(f"REPORT_OUTCOME_{o.name}")) for o in ReportOutcome
@@ -54,11 +56,12 @@ _OUTCOME_TO_PROTO = {
 
 
 def _timestamp(value: datetime | None) -> timestamp_pb2.Timestamp | None:
+    """As Timestamp.FromDatetime, by integer arithmetic on the offset from the epoch: that method goes
+    through a time tuple and took a tenth of the API's time encoding the jobs a batch submission returns."""
     if value is None:
         return None
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(value)
-    return stamp
+    since = value - (_EPOCH if value.tzinfo is not None else _NAIVE_EPOCH)
+    return timestamp_pb2.Timestamp(seconds=since.days * 86_400 + since.seconds, nanos=since.microseconds * 1000)
 
 
 def _datetime(message: Message, field: str, prefix: str = "") -> datetime | None:

@@ -56,7 +56,8 @@ class JobChangeHub:
                         delay = 0.5
                         self._wake_all()
                     else:
-                        self._wake(payload.partition(":")[0])
+                        for change in payload.split(","):
+                            self._wake(change.partition(":")[0])
             except JobsError as exc:
                 log.warning("job change listener lost its connection: %s", exc.message)
             self._wake_all()

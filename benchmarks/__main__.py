@@ -1,8 +1,9 @@
 """`python -m benchmarks`: every figure of the performance targets, a table, then one JSON line.
 
 Environment: BENCH_JOBS (work-down size, 20000), BENCH_HISTORY_ROWS (1000000), BENCH_SOAK_SECONDS (600),
-BENCH_ONLY (comma-separated scenario names), BENCH_ADMIN_URL (a role that may create databases); the
-scheduling scenarios' sizes are in benchmarks/fairness.py.
+BENCH_ONLY (comma-separated scenario names), BENCH_ADMIN_URL (a role that may create databases),
+BENCH_REPEAT (work-down and PgQueuer pairs, 1; medians are reported), BENCH_PEER_PYTHON (the Python of
+the PgQueuer venv, .bench-venv/bin/python); the scheduling scenarios' sizes are in benchmarks/fairness.py.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from benchmarks import admin_bulk, fairness, scenarios
-from benchmarks.harness import durability_settings, fresh_database
+from benchmarks.harness import durability_settings, fresh_database, median, pgqueuer_peer
 
 SCENARIOS = (
     "workdown",
@@ -30,10 +31,34 @@ SCENARIOS = (
     "overshoot",
     "admin_bulk",
 )
+# The peer the work-down is compared with (benchmarks/pgqueuer-requirements.txt pins it).
+PEER_VERSION = "1.6.0"
+PEER_BATCH = 100
+
+
+def _beside_pgqueuer(jobs: int, repeat: int) -> dict[str, Any]:
+    """PgQueuer's run, then ours, each in a fresh database on the same server, `repeat` times: the
+    ratio of each pair is measured seconds apart, so a busy machine moves both sides alike. Medians."""
+    peers: list[dict[str, float]] = []
+    ours: list[float] = []
+    for _ in range(repeat):
+        with fresh_database("pgqueuer", migrated=False) as url:
+            peers.append(pgqueuer_peer(url, jobs, batch=PEER_BATCH))
+        with fresh_database("workdown") as url:
+            ours.append(scenarios.work_down(url, jobs))
+    ratios = [mine / peer["combined_per_s"] for mine, peer in zip(ours, peers, strict=True)]
+    figures: dict[str, Any] = {
+        f"pgqueuer_{k}": median([p[k] for p in peers]) for k in ("enqueue_per_s", "drain_per_s", "combined_per_s")
+    }
+    figures["workdown_jobs_per_s"] = median(ours)
+    figures["workdown_vs_pgqueuer"] = median(ratios)
+    figures["workdown_vs_pgqueuer_runs"] = [round(r, 3) for r in ratios]
+    return figures
 
 
 def main() -> int:
     jobs = int(os.environ.get("BENCH_JOBS", "20000"))
+    repeat = int(os.environ.get("BENCH_REPEAT", "1"))
     history_rows = int(os.environ.get("BENCH_HISTORY_ROWS", "1000000"))
     soak_seconds = float(os.environ.get("BENCH_SOAK_SECONDS", "600"))
     only = {s for s in os.environ.get("BENCH_ONLY", "").split(",") if s} or set(SCENARIOS)
@@ -49,15 +74,25 @@ def main() -> int:
         with fresh_database("sql") as url:
             figures.update(durability_settings(url))
             figures["bare_sql_jobs_per_s"] = asyncio.run(scenarios.bare_sql_lifecycle(url, jobs))
-        with fresh_database("workdown") as url:
-            figures["workdown_jobs_per_s"] = scenarios.work_down(url, jobs)
+        figures.update(_beside_pgqueuer(jobs, repeat))
         figures["workdown_vs_sql"] = figures["workdown_jobs_per_s"] / figures["bare_sql_jobs_per_s"]
         rows += [
             ("bare-SQL lifecycle limit", f"{figures['bare_sql_jobs_per_s']:,.0f} jobs/s", "measured"),
             (
+                f"PgQueuer {PEER_VERSION} enqueue+drain",
+                f"{figures['pgqueuer_combined_per_s']:,.0f} jobs/s",
+                f"batch {PEER_BATCH}: enqueue {figures['pgqueuer_enqueue_per_s']:,.0f}/s,"
+                f" drain {figures['pgqueuer_drain_per_s']:,.0f}/s, harmonic combination",
+            ),
+            (
                 "work-down through the API",
                 f"{figures['workdown_jobs_per_s']:,.0f} jobs/s",
                 f"{figures['workdown_vs_sql']:.0%} of SQL (target >= 60%, >= 10,000/s)",
+            ),
+            (
+                "  work-down vs PgQueuer",
+                f"{figures['workdown_vs_pgqueuer']:.2f}x",
+                "target >= 1.00x; runs: " + ", ".join(f"{r:.2f}x" for r in figures["workdown_vs_pgqueuer_runs"]),
             ),
         ]
     if "submit" in only:

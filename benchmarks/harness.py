@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import secrets
 import signal
@@ -29,6 +30,10 @@ REPO = Path(__file__).resolve().parent.parent
 ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 TENANTS = ("bench-a", "bench-b")
 START_TIMEOUT_SECONDS = 30.0
+# The benchmark venv of the peer's own (the Makefile's bench target makes it).
+PEER_PYTHON = os.environ.get("BENCH_PEER_PYTHON", str(REPO / ".bench-venv" / "bin" / "python"))
+PEER_SCRIPT = REPO / "benchmarks" / "pgqueuer_peer.py"
+PEER_TIMEOUT_SECONDS = 600.0
 
 
 def free_port() -> int:
@@ -48,15 +53,16 @@ def median(values: list[float]) -> float:
 
 
 @contextlib.contextmanager
-def fresh_database(label: str) -> Iterator[str]:
-    """A new database with every migration applied, dropped afterwards."""
+def fresh_database(label: str, *, migrated: bool = True) -> Iterator[str]:
+    """A new database with every migration applied (or empty, for a peer), dropped afterwards."""
     name = f"jobs_bench_{label}_{os.getpid()}"
     with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = urlsplit(ADMIN_URL)._replace(path=f"/{name}").geturl()
     try:
-        migrate(url)
+        if migrated:
+            migrate(url)
         yield url
     finally:
         with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
@@ -173,3 +179,21 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no RSS for {pid}")
+
+
+def pgqueuer_peer(url: str, jobs: int, batch: int = 100, dequeuers: int = 5) -> dict[str, float]:
+    """PgQueuer's enqueue and drain of `jobs` jobs into the empty database at `url`, run by the
+    peer's own venv (its figures: enqueue_per_s, drain_per_s, combined_per_s)."""
+    if not Path(PEER_PYTHON).exists():
+        raise RuntimeError(f"no PgQueuer venv at {PEER_PYTHON}: run `make bench`, which creates it")
+    done = subprocess.run(
+        [PEER_PYTHON, str(PEER_SCRIPT), url, str(jobs), str(batch), str(dequeuers)],
+        capture_output=True,
+        text=True,
+        timeout=PEER_TIMEOUT_SECONDS,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the PgQueuer run failed:\n{done.stderr}")
+    figures: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures

@@ -65,6 +65,10 @@ BEGIN
     RETURN NEW;
 END $$;
 
+CREATE FUNCTION public.jobs_changed_batch_size() RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT 100 $$;
+
 CREATE FUNCTION public.jobs_claim_admit(worker_id text, lease_seconds double precision, max_jobs integer, candidate_ids uuid[]) RETURNS TABLE(job_id uuid, tenant text, kind text, payload bytea, attempts integer, max_attempts integer, fencing_token bigint, lease_expires_at timestamp with time zone, created_at timestamp with time zone, queued_since timestamp with time zone, claimed_at timestamp with time zone, traceparent text, tracestate text)
     LANGUAGE plpgsql
     SET search_path TO 'public', 'pg_temp'
@@ -272,16 +276,41 @@ END $$;
 
 CREATE FUNCTION public.jobs_record_event() RETURNS trigger
     LANGUAGE plpgsql
-    AS $$
+    AS $_$
 BEGIN
-    INSERT INTO job_events (job_id, tenant, sequence, from_state, to_state, attempt, fencing_token, actor, reason)
-    VALUES (NEW.job_id, NEW.tenant, NEW.sequence,
-            CASE WHEN TG_OP = 'UPDATE' THEN OLD.state END,
-            NEW.state, NEW.attempts, NEW.fencing_token, NEW.transition_actor, NEW.transition_reason);
-    -- One wake-up per job for watchers; workers listen on jobs_runnable (statement-level, below).
-    PERFORM pg_notify('jobs_changed', NEW.job_id::text || ':' || NEW.sequence::text);
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO job_events (job_id, tenant, sequence, from_state, to_state, attempt, fencing_token, actor,
+                                reason)
+        SELECT n.job_id, n.tenant, n.sequence, NULL, n.state, n.attempts, n.fencing_token, n.transition_actor,
+               n.transition_reason
+        FROM new_rows AS n;
+        PERFORM pg_notify('jobs_changed', string_agg(n.job_id::text || ':' || n.sequence::text, ','))
+        FROM (SELECT job_id, sequence, row_number() OVER () AS position FROM new_rows) AS n
+        GROUP BY (n.position - 1) / jobs_changed_batch_size();
+    ELSE
+        -- bump_sequence raised `sequence` exactly for the rows whose state or cancel request changed.
+        EXECUTE $sql$
+            WITH changed AS MATERIALIZED (
+                SELECT n.job_id, n.tenant, n.sequence, o.state AS from_state, n.state AS to_state, n.attempts,
+                       n.fencing_token, n.transition_actor, n.transition_reason,
+                       row_number() OVER () AS position
+                FROM new_rows AS n
+                JOIN old_rows AS o ON o.job_id = n.job_id
+                WHERE o.sequence IS DISTINCT FROM n.sequence
+            ), recorded AS (
+                INSERT INTO job_events (job_id, tenant, sequence, from_state, to_state, attempt, fencing_token,
+                                        actor, reason)
+                SELECT job_id, tenant, sequence, from_state, to_state, attempts, fencing_token, transition_actor,
+                       transition_reason
+                FROM changed
+            )
+            SELECT pg_notify('jobs_changed', string_agg(c.job_id::text || ':' || c.sequence::text, ','))
+            FROM changed AS c
+            GROUP BY (c.position - 1) / jobs_changed_batch_size()
+        $sql$;
+    END IF;
     RETURN NULL;
-END $$;
+END $_$;
 
 CREATE FUNCTION public.jobs_retention_floor() RETURNS interval
     LANGUAGE sql IMMUTABLE
@@ -319,32 +348,46 @@ CREATE FUNCTION public.jobs_retry_backoff_ceiling(attempt integer, base_seconds 
 
 CREATE FUNCTION public.jobs_settle_dependents() RETURNS trigger
     LANGUAGE plpgsql
-    AS $$
+    AS $_$
+DECLARE
+    ended record;
 BEGIN
-    IF NEW.state = 'succeeded' THEN
-        PERFORM 1 FROM jobs AS d
-        WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[NEW.job_id]
-        ORDER BY d.job_id
-        FOR UPDATE;
-        UPDATE jobs AS d
-        SET state = 'pending', run_after = greatest(d.run_after, clock_timestamp()),
-            transition_actor = 'system', transition_reason = 'dependencies succeeded'
-        WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[NEW.job_id]
-          AND NOT EXISTS (
-              SELECT 1 FROM jobs AS p
-              WHERE p.job_id = ANY (d.depends_on) AND p.state <> 'succeeded');
-    ELSE
-        UPDATE jobs AS d
-        SET state = 'failed', finished_at = clock_timestamp(),
-            last_error_category = 'permanent',
-            last_error_message = 'dependency ' || NEW.job_id || ' ended ' || NEW.state,
-            transition_actor = 'system', transition_reason = 'dependency ' || NEW.job_id || ' ended ' || NEW.state
-        WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[NEW.job_id]
-          -- A failed member leaves a waiting set's fan-in blocked; cancel and supersede still end it.
-          AND NOT (d.waits_for_manual_retry AND NEW.state = 'failed');
-    END IF;
+    FOR ended IN EXECUTE $sql$
+        SELECT n.job_id, n.state
+        FROM new_rows AS n
+        JOIN old_rows AS o ON o.job_id = n.job_id
+        WHERE o.state IS DISTINCT FROM n.state
+          AND n.state IN ('succeeded', 'failed', 'cancelled', 'superseded')
+          AND EXISTS (SELECT 1 FROM jobs AS d WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[n.job_id])
+        ORDER BY n.job_id
+    $sql$
+    LOOP
+        IF ended.state = 'succeeded' THEN
+            PERFORM 1 FROM jobs AS d
+            WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[ended.job_id]
+            ORDER BY d.job_id
+            FOR UPDATE;
+            UPDATE jobs AS d
+            SET state = 'pending', run_after = greatest(d.run_after, clock_timestamp()),
+                transition_actor = 'system', transition_reason = 'dependencies succeeded'
+            WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[ended.job_id]
+              AND NOT EXISTS (
+                  SELECT 1 FROM jobs AS p
+                  WHERE p.job_id = ANY (d.depends_on) AND p.state <> 'succeeded');
+        ELSE
+            UPDATE jobs AS d
+            SET state = 'failed', finished_at = clock_timestamp(),
+                last_error_category = 'permanent',
+                last_error_message = 'dependency ' || ended.job_id || ' ended ' || ended.state,
+                transition_actor = 'system',
+                transition_reason = 'dependency ' || ended.job_id || ' ended ' || ended.state
+            WHERE d.state = 'blocked' AND d.depends_on @> ARRAY[ended.job_id]
+              -- A failed member leaves a waiting set's fan-in blocked; cancel and supersede still end it.
+              AND NOT (d.waits_for_manual_retry AND ended.state = 'failed');
+        END IF;
+    END LOOP;
     RETURN NULL;
-END $$;
+END $_$;
 
 CREATE FUNCTION public.jobs_tenant_visible(row_tenant text) RETURNS boolean
     LANGUAGE sql STABLE
@@ -808,11 +851,11 @@ CREATE TRIGGER jobs_notify_runnable_insert AFTER INSERT ON public.jobs FOR EACH 
 
 CREATE TRIGGER jobs_notify_stop AFTER UPDATE ON public.jobs FOR EACH ROW WHEN (((old.state = 'running'::public.job_state) AND ((new.cancel_requested AND (NOT old.cancel_requested)) OR (new.state = 'superseded'::public.job_state)))) EXECUTE FUNCTION public.jobs_notify_stop();
 
-CREATE TRIGGER jobs_record_insert AFTER INSERT ON public.jobs FOR EACH ROW EXECUTE FUNCTION public.jobs_record_event();
+CREATE TRIGGER jobs_record_insert AFTER INSERT ON public.jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_record_event();
 
-CREATE TRIGGER jobs_record_update AFTER UPDATE ON public.jobs FOR EACH ROW WHEN ((old.sequence IS DISTINCT FROM new.sequence)) EXECUTE FUNCTION public.jobs_record_event();
+CREATE TRIGGER jobs_record_update AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_record_event();
 
-CREATE TRIGGER jobs_settle_dependents AFTER UPDATE OF state ON public.jobs FOR EACH ROW WHEN (((old.state IS DISTINCT FROM new.state) AND (new.state = ANY (ARRAY['succeeded'::public.job_state, 'failed'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])))) EXECUTE FUNCTION public.jobs_settle_dependents();
+CREATE TRIGGER jobs_settle_dependents AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_settle_dependents();
 
 ALTER TABLE ONLY public.delivery_set_members
     ADD CONSTRAINT delivery_set_members_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;

@@ -49,6 +49,8 @@ def _refusal_of(error: grpc.aio.AioRpcError) -> ReportOutcome | None:
 
 
 CALL_TIMEOUT_SECONDS = 10.0
+# The most leases one Heartbeat may carry (the API refuses more: INVALID_ARGUMENT).
+HEARTBEAT_BATCH_MAX = 1000
 # Retries of an indeterminate failure back off from the first delay, doubling up to the cap.
 RETRY_DELAY_FIRST_SECONDS = 0.05
 RETRY_DELAY_MAX_SECONDS = 2.0
@@ -99,9 +101,15 @@ class ApiClient:
     async def heartbeat(
         self, leases: list[LeaseRef], extend_by_seconds: float, *, deadline: float
     ) -> list[LeaseStatus]:
-        request = convert.heartbeat_request(self._worker_id, leases, extend_by_seconds)
-        response = await self._call(self._stub.Heartbeat, request, deadline=deadline)
-        return [convert.lease_status_from_proto(s) for s in response.leases]
+        """In calls of at most HEARTBEAT_BATCH_MAX leases: a replica may hold twice its concurrency. With
+        none, one empty call still goes: its answer is how the worker learns that the API is reachable."""
+        statuses: list[LeaseStatus] = []
+        for start in range(0, max(len(leases), 1), HEARTBEAT_BATCH_MAX):
+            chunk = leases[start : start + HEARTBEAT_BATCH_MAX]
+            request = convert.heartbeat_request(self._worker_id, chunk, extend_by_seconds)
+            response = await self._call(self._stub.Heartbeat, request, deadline=deadline)
+            statuses.extend(convert.lease_status_from_proto(s) for s in response.leases)
+        return statuses
 
     async def complete_many(self, completions: list[Completion], *, deadline: float) -> list[ReportOutcome]:
         response = await self._call(

@@ -13,6 +13,7 @@ documentation says (`opentelemetry-instrument python -m worker_service`, or in a
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Awaitable, Iterator
 from typing import Any
 
@@ -32,6 +33,8 @@ TRACER_NAME = "worker_service"
 # Not one of the conventions' well-known systems; the conventions ask for a custom value then.
 MESSAGING_SYSTEM = "durable_jobs"
 OPERATION = "process"
+# How soon a tracer provider configured after start is used, when none was at first.
+PROVIDER_RECHECK_SECONDS = 1.0
 
 
 class AttemptSpan:
@@ -70,11 +73,14 @@ class AttemptTracer:
             if TRACING_AVAILABLE
             else None
         )
+        self._global_provider = tracer_provider is None
+        self._recheck_at = 0.0
+        self._unconfigured = False
 
     @contextlib.contextmanager
     def attempt(self, job: ClaimedJob) -> Iterator[AttemptSpan]:
         """The attempt's span, current for the code run inside (the handler's own spans nest in it)."""
-        if self._tracer is None:
+        if self._tracer is None or (job.trace_context is None and self._untraced()):
             yield NO_SPAN
             return
         submitter = _span_context(job.trace_context)
@@ -95,6 +101,19 @@ class AttemptTracer:
             set_status_on_exception=False,
         ) as span:
             yield AttemptSpan(span)
+
+    def _untraced(self) -> bool:
+        """No tracer provider configured (yet: a handler module may set one): the span would be
+        OpenTelemetry's no-op one, and with no submitter's context there is none to make current either.
+        Looked up at most once a second, since the lookup reads the environment each time; the no-op
+        span took about a sixth of an echo job's worker time."""
+        if not self._global_provider:
+            return False
+        now = time.monotonic()
+        if now >= self._recheck_at:
+            self._recheck_at = now + PROVIDER_RECHECK_SECONDS
+            self._unconfigured = isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+        return self._unconfigured
 
 
 def _span_context(trace_context: TraceContext | None) -> Any:

@@ -145,21 +145,36 @@ class StopSignal:
 
     def __init__(self) -> None:
         self._loop_event = asyncio.Event()
-        self._thread_event = threading.Event()
+        self._stopped = False
+        # Made by the first wait_blocking only: most attempts never block on it, and a threading.Event
+        # (a Condition and its lock) per job was a twelfth of an echo job's worker time.
+        self._thread_event: threading.Event | None = None
 
     def set(self) -> None:
-        self._thread_event.set()
+        self._stopped = True
+        with _THREAD_EVENT_LOCK:
+            if self._thread_event is not None:
+                self._thread_event.set()
         self._loop_event.set()
 
     def is_set(self) -> bool:
-        return self._thread_event.is_set()
+        return self._stopped
 
     async def wait(self) -> bool:
         return await self._loop_event.wait()
 
     def wait_blocking(self, timeout: float | None = None) -> bool:
         """From a plain handler's thread: True once stop was requested, False after `timeout`."""
+        with _THREAD_EVENT_LOCK:
+            if self._thread_event is None:
+                self._thread_event = threading.Event()
+                if self._stopped:
+                    self._thread_event.set()
         return self._thread_event.wait(timeout)
+
+
+# One lock for every signal: taken only by a set() and a handler's first wait_blocking().
+_THREAD_EVENT_LOCK = threading.Lock()
 
 
 class ReceiptBook(Protocol):

@@ -14,7 +14,8 @@ from shared.storage.database import translate_db_errors, with_connection_default
 RUNNABLE_CHANNEL = "jobs_runnable"
 # A running job was cancelled or superseded; payload: its job id.
 STOP_CHANNEL = "jobs_stop"
-# Any transition; payload: "<job id>:<sequence>". WatchJob streams wait on it.
+# Any transition; payload: "<job id>:<sequence>" entries joined by "," (one notification per statement
+# and up to 100 jobs, see 0020_statement_history.sql). WatchJob streams wait on it.
 CHANGED_CHANNEL = "jobs_changed"
 # What `listen` yields once it is listening: everything before this may have been missed.
 LISTENING = ("", "")
