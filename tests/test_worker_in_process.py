@@ -24,7 +24,7 @@ from worker_service.health_server import WorkerHealth
 from worker_service.kind_publisher import KindPublisher
 from worker_service.metrics import WorkerMetrics
 from worker_service.settings import WorkerSettings
-from worker_service.worker import Worker
+from worker_service.worker import RELEASE_DEADLINE_SECONDS, Worker
 from worker_service.worker_signals import Signal, SignalRecord, WorkerSignals
 
 pytestmark = pytest.mark.timeout(60)
@@ -43,6 +43,8 @@ class ScriptedWorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self.completions: list[worker_pb2.CompleteJobRequest] = []
         self.failures: list[worker_pb2.FailJobRequest] = []
         self.releases: list[worker_pb2.ReleaseJobRequest] = []
+        # The time each ReleaseJobs call had left by its gRPC deadline, as the server saw it.
+        self.release_time_remaining: list[float | None] = []
         self.completion_answers: dict[str, worker_pb2.ReportOutcome] = {}
         self.completion_outages = 0
 
@@ -86,6 +88,7 @@ class ScriptedWorkerService(worker_pb2_grpc.WorkerServiceServicer):
 
     async def ReleaseJobs(self, request: worker_pb2.ReleaseJobsRequest, context: Any) -> worker_pb2.ReleaseJobsResponse:
         self.calls["ReleaseJobs"] += 1
+        self.release_time_remaining.append(context.time_remaining())
         self.releases.extend(request.releases)
         return worker_pb2.ReleaseJobsResponse(
             outcomes=[
@@ -237,6 +240,13 @@ async def test_a_graceful_stop_releases_the_jobs_it_holds(worker, db):
     assert set(released) == job_ids
     assert all(not r.started and r.reason == "worker shutting down" for r in released.values())
     assert worker.service.calls["ReleaseJobs"] >= 1 and not worker.service.completions
+    remaining = worker.service.release_time_remaining
+    # The release's own deadline (5 s), not the 10 s a call may take at most; a second of slack for the
+    # two clocks' reading of it.
+    assert all(r is not None and r <= RELEASE_DEADLINE_SECONDS + 1 for r in remaining), (
+        "a call never outlives its report's deadline",
+        remaining,
+    )
 
 
 async def test_pushbacks_and_retry_hints_carry_their_fields(worker, db):

@@ -49,6 +49,8 @@ def _refusal_of(error: grpc.aio.AioRpcError) -> ReportOutcome | None:
 
 
 CALL_TIMEOUT_SECONDS = 10.0
+# A call still gets this long when its deadline is (nearly) spent: one last try rather than none.
+CALL_TIMEOUT_MIN_SECONDS = 0.5
 # The most leases one Heartbeat may carry (the API refuses more: INVALID_ARGUMENT).
 HEARTBEAT_BATCH_MAX = 1000
 # Retries of an indeterminate failure back off from the first delay, doubling up to the cap.
@@ -83,7 +85,9 @@ class ApiClient:
         delay = RETRY_DELAY_FIRST_SECONDS
         while True:
             try:
-                response = await method(request, metadata=self._metadata, timeout=CALL_TIMEOUT_SECONDS)
+                # Never past the report's own deadline: a 10 s call would outlive a 2 s release at shutdown.
+                timeout = min(CALL_TIMEOUT_SECONDS, max(deadline - time.monotonic(), CALL_TIMEOUT_MIN_SECONDS))
+                response = await method(request, metadata=self._metadata, timeout=timeout)
                 self.reachable.set()
                 return response
             except grpc.aio.AioRpcError as error:
