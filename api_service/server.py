@@ -178,7 +178,12 @@ async def serve(settings: ApiSettings) -> None:
         # In the API, not the workers: the API owns submissions (kinds, quotas, idempotency, the
         # jobs_api role that may insert jobs); every replica runs one and they share due rows.
         runner = ScheduleRunner(
-            db, submissions, admission, poll_seconds=settings.scheduler_poll_seconds, metrics=metrics.schedules
+            db,
+            submissions,
+            admission,
+            poll_seconds=settings.scheduler_poll_seconds,
+            fires_kept_seconds=settings.schedule_fires_kept_seconds,
+            metrics=metrics.schedules,
         )
         background.append(asyncio.create_task(runner.run()))
     log.info(

@@ -13,6 +13,7 @@ from api_service.transport_security import ServerTlsFiles
 from api_service.usecases.admission import TenantLimits
 from api_service.usecases.job_watch import STREAMS_MAX_DEFAULT
 from api_service.usecases.kind_catalog import MAX_STALENESS_SECONDS_DEFAULT as KIND_CACHE_SECONDS_DEFAULT
+from api_service.usecases.schedule_runner import FIRES_KEPT_SECONDS_DEFAULT
 from api_service.usecases.schedule_runner import POLL_SECONDS_DEFAULT as SCHEDULER_POLL_SECONDS_DEFAULT
 from shared.domain.submission_rules import (
     DEDUPE_WINDOW_SECONDS_DEFAULT,
@@ -76,6 +77,8 @@ class ApiSettings:
     # it looks for due fires when none were due.
     scheduler_enabled: bool
     scheduler_poll_seconds: float
+    # How long a schedule's fire records are kept before the scheduler prunes them.
+    schedule_fires_kept_seconds: float
     # The operator console's HTTP listener (JOBS_CONSOLE_LISTEN); None: no console.
     console: ConsoleSettings | None = None
 
@@ -138,6 +141,9 @@ class ApiSettings:
             scheduler_enabled=env_str(env, "JOBS_SCHEDULER_ENABLED", "true").lower() not in ("0", "false", "no"),
             scheduler_poll_seconds=env_float(
                 env, "JOBS_SCHEDULER_POLL_SECONDS", SCHEDULER_POLL_SECONDS_DEFAULT, minimum=0.05
+            ),
+            schedule_fires_kept_seconds=env_float(
+                env, "JOBS_SCHEDULE_FIRES_KEPT_SECONDS", FIRES_KEPT_SECONDS_DEFAULT, minimum=60.0
             ),
             console=ConsoleSettings.from_env(env),
         )

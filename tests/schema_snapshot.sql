@@ -841,6 +841,8 @@ CREATE INDEX jobs_waiting_deadline_idx ON public.jobs USING btree (deadline) WHE
 
 CREATE INDEX resource_deletions_key_idx ON public.resource_deletions USING btree (tenant, resource_key, deleted_at);
 
+CREATE INDEX schedule_fires_recorded_idx ON public.schedule_fires USING btree (recorded_at);
+
 CREATE INDEX schedules_buffered_idx ON public.schedules USING btree (buffered_fire_at) WHERE (buffered_fire_at IS NOT NULL);
 
 CREATE INDEX schedules_due_idx ON public.schedules USING btree (next_fire_at) WHERE (NOT paused);

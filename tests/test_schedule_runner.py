@@ -91,3 +91,24 @@ async def test_as_jobs_api_the_runner_fires_every_tenants_schedules_and_tenants_
     with pytest.raises(NotFound):
         await schedules.delete(TENANT, "hourly")
     assert (await schedules.get(OTHER, "hourly")).fires_submitted == 1
+
+
+async def test_fire_records_older_than_the_kept_window_are_pruned_for_every_tenant(db, api_db, sync_db):
+    kinds = await factories.published_kinds(db)
+    submissions = SubmissionService(api_db, kinds, SubmissionLimits())
+    admission = SubmissionAdmission(api_db, TenantLimits())
+    schedules = ScheduleService(api_db, kinds, SubmissionLimits(), submissions, admission)
+    for tenant in (TENANT, OTHER):
+        created = await schedules.create(tenant, f"tenant:{tenant}", _new(OverlapPolicy.ALLOW))
+        sync_db.execute(
+            "INSERT INTO schedule_fires (schedule_uid, fire_at, tenant, outcome, recorded_at)"
+            " SELECT %s, now() - i * interval '1 hour', %s, 'submitted', now() - i * interval '1 hour'"
+            " FROM generate_series(1, 30) AS i",
+            (created.schedule_uid, tenant),
+        )
+    runner = ScheduleRunner(api_db, submissions, admission, fires_kept_seconds=10.5 * 3600)
+
+    assert await runner.prune_fires() == 2 * 20
+    kept = sync_db.rows("SELECT tenant, count(*) AS n FROM schedule_fires GROUP BY tenant ORDER BY tenant")
+    assert kept == [{"tenant": TENANT, "n": 10}, {"tenant": OTHER, "n": 10}]
+    assert await runner.prune_fires() == 0

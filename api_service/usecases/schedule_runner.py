@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from datetime import datetime
 
 from api_service.metrics import ScheduleMetrics
@@ -22,6 +23,11 @@ from shared.storage.database import Connection, Database
 
 log = logging.getLogger(__name__)
 POLL_SECONDS_DEFAULT = 1.0
+# Fire records are history, not state (the job's idempotency key is what makes a fire once): a week of
+# them is kept, pruned in batches every few minutes by whichever replica gets there.
+FIRES_KEPT_SECONDS_DEFAULT = 7 * 24 * 3600.0
+FIRES_PRUNE_INTERVAL_SECONDS = 300.0
+FIRES_PRUNE_BATCH = 5000
 _TRANSIENT = (Unavailable, DeadlineExceeded, ResourceExhausted)
 
 
@@ -33,8 +39,11 @@ class ScheduleRunner:
         admission: SubmissionAdmission,
         *,
         poll_seconds: float = POLL_SECONDS_DEFAULT,
+        fires_kept_seconds: float = FIRES_KEPT_SECONDS_DEFAULT,
         metrics: ScheduleMetrics | None = None,
     ) -> None:
+        self._fires_kept_seconds = fires_kept_seconds
+        self._pruned_at = float("-inf")
         self._db = db
         self._metrics = metrics or ScheduleMetrics()
         self._submissions = submissions
@@ -45,6 +54,7 @@ class ScheduleRunner:
         """Until cancelled. Goes on at once while fires are due (catch-up), else polls."""
         while True:
             try:
+                await self._prune_when_due()
                 progressed = await self.tick()
             except JobsError as exc:
                 log.warning("scheduler: could not fire schedules: %s", exc.message)
@@ -56,6 +66,26 @@ class ScheduleRunner:
                 progressed = False
             if not progressed:
                 await asyncio.sleep(self._poll_seconds)
+
+    async def prune_fires(self) -> int:
+        """Deletes the fire records older than the kept window, a batch at a time; how many went."""
+        deleted = 0
+        while True:
+            async with self._db.transaction() as conn:
+                batch = await schedule_store.prune_fires(
+                    conn, kept_seconds=self._fires_kept_seconds, limit=FIRES_PRUNE_BATCH
+                )
+            deleted += batch
+            if batch < FIRES_PRUNE_BATCH:
+                return deleted
+
+    async def _prune_when_due(self) -> None:
+        if time.monotonic() - self._pruned_at < FIRES_PRUNE_INTERVAL_SECONDS:
+            return
+        self._pruned_at = time.monotonic()
+        deleted = await self.prune_fires()
+        if deleted:
+            log.info("scheduler: pruned %d fire records older than %.0fs", deleted, self._fires_kept_seconds)
 
     async def tick(self) -> bool:
         """One transaction: claims due schedules and takes one fire step each. Whether any moved on."""

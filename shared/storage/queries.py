@@ -96,6 +96,7 @@ SCHEDULE_CLAIM_DUE = _schedules.pop("schedule_claim_due")
 SCHEDULE_CLOCK = _schedules.pop("schedule_clock")
 SCHEDULE_RECORD_STEP = _schedules.pop("schedule_record_step")
 SCHEDULE_FIRE_RECORD = _schedules.pop("schedule_fire_record")
+SCHEDULE_FIRES_PRUNE = _schedules.pop("schedule_fires_prune")
 
 OPERATOR_QUEUE_OVERVIEW = _operator.pop("operator_queue_overview")
 OPERATOR_JOB_GET = _operator.pop("operator_job_get")

@@ -171,6 +171,12 @@ async def record_fire(
     )
 
 
+async def prune_fires(conn: Connection, *, kept_seconds: float, limit: int) -> int:
+    """Deletes up to `limit` fire records older than `kept_seconds`; how many went."""
+    cur = await conn.execute(queries.SCHEDULE_FIRES_PRUNE, {"kept_seconds": kept_seconds, "limit": limit})
+    return cur.rowcount
+
+
 async def record_manual_fire(conn: Connection, schedule: Schedule, fire_at: datetime, job_id: JobId) -> None:
     """A trigger's fire: counted and remembered as the latest job, the cron times untouched."""
     await record_fire(conn, schedule, fire_at, "submitted", job_id=job_id, manual=True)

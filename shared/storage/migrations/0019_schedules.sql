@@ -50,6 +50,8 @@ CREATE TABLE schedule_fires (
     recorded_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (schedule_uid, fire_at, manual)
 );
+-- Fire records are kept for a while (JOBS_SCHEDULE_FIRES_KEPT_SECONDS), then pruned oldest first.
+CREATE INDEX schedule_fires_recorded_idx ON schedule_fires (recorded_at);
 
 DO $$
 BEGIN

@@ -71,3 +71,12 @@ VALUES (%(schedule_uid)s, %(fire_at)s, %(manual)s, %(tenant)s, %(outcome)s, %(jo
 ON CONFLICT (schedule_uid, fire_at, manual) DO UPDATE
     SET outcome = EXCLUDED.outcome, job_id = EXCLUDED.job_id, detail = EXCLUDED.detail,
         recorded_at = clock_timestamp();
+
+-- name: schedule_fires_prune
+-- Deletes up to `limit` of the fire records older than `kept_seconds`, oldest first; the jobs stay.
+DELETE FROM schedule_fires
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM schedule_fires
+    WHERE recorded_at < clock_timestamp() - make_interval(secs => %(kept_seconds)s)
+    ORDER BY recorded_at
+    LIMIT %(limit)s));
