@@ -131,6 +131,17 @@ def test_run_handler_runs_any_shape_against_an_in_memory_context():
         run_handler(registry, kind="plain.crash", attempt=2)
 
 
+def test_a_fan_in_reads_the_dependency_results_it_is_given_in_either_shape():
+    registry = load_registry(["tests.handlers_for_tests"])
+    given = {"00000000-0000-4000-8000-00000000000a": b"text", "00000000-0000-4000-8000-00000000000b": b"image"}
+    for kind in ("gather", "gather.thread"):
+        gathered = json.loads(run_handler(registry, kind=kind, dependency_results=given))
+        assert gathered == {
+            "00000000-0000-4000-8000-00000000000a": "text",
+            "00000000-0000-4000-8000-00000000000b": "image",
+        }
+
+
 def test_the_in_memory_context_keeps_receipts_like_the_real_one():
     async def pay(ctx: JobContext) -> bytes:
         await ctx.record_intent("charge", b"ch_1")

@@ -5,7 +5,8 @@
 
 Receipts, checkpoints and progress are kept in memory for the context's lifetime: after `context_for`,
 `ctx.receipt_book.receipts`, `ctx.checkpoints` and `ctx.progress_sink.reports` show what the handler
-recorded. `context_for(checkpoints={...})` stands for stages an earlier attempt finished.
+recorded. `context_for(checkpoints={...})` stands for stages an earlier attempt finished, and
+`context_for(dependency_results={job_id: result})` for what the job's dependencies produced.
 """
 
 from __future__ import annotations
@@ -72,6 +73,19 @@ class MemoryProgress:
         self.reports.append((fraction, message))
 
 
+@dataclass
+class MemoryDependencyResults:
+    """The results of the jobs a context's job depends on, as given."""
+
+    results: dict[JobId, bytes] = field(default_factory=dict)
+
+    async def read(self) -> dict[JobId, bytes]:
+        return self.read_blocking()
+
+    def read_blocking(self) -> dict[JobId, bytes]:
+        return dict(self.results)
+
+
 def context_for(
     payload: bytes = b"",
     *,
@@ -81,9 +95,11 @@ def context_for(
     tenant: str = "test-tenant",
     earlier_receipts: list[Receipt] | None = None,
     checkpoints: dict[str, object] | None = None,
+    dependency_results: dict[str, bytes] | None = None,
 ) -> JobContext:
-    """A context as a worker would build it for `attempt`, with in-memory receipts, checkpoints and
-    progress. `checkpoints` maps the stages an earlier attempt finished to their data (bytes or JSON)."""
+    """A context as a worker would build it for `attempt`, with in-memory receipts, checkpoints,
+    progress and dependency results. `checkpoints` maps the stages an earlier attempt finished to their
+    data (bytes or JSON); `dependency_results` maps dependency job ids to their results."""
     token = FencingToken(attempt)
     earlier = {
         stage: Checkpoint(stage, encode_checkpoint_data(data), max(attempt - 1, 1), FencingToken(1), datetime.now(UTC))
@@ -101,6 +117,7 @@ def context_for(
         checkpoints=earlier,
         checkpoint_book=MemoryCheckpointBook(attempt, token),
         progress_sink=MemoryProgress(),
+        dependency_source=MemoryDependencyResults({JobId(k): v for k, v in (dependency_results or {}).items()}),
     )
 
 
