@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from api_service.metrics import SubmissionMetrics
 from api_service.usecases.submission import SubmissionService
 from jobs.v1 import jobs_pb2
 from shared.domain.errors import AlreadyExists
@@ -76,3 +77,15 @@ def test_submit_jobs_with_ids_only_answers_ids_and_created_only(service_stack: S
     with pytest.raises(grpc.RpcError) as foreign:
         service_stack.tenant("globex").get(answer.job_ids[1])
     assert foreign.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_ids_only_counts_the_jobs_it_created_and_not_the_replays(db):
+    metrics = SubmissionMetrics()
+    service = SubmissionService(db, await factories.published_kinds(db), SubmissionLimits(), metrics=metrics)
+    keyed = factories.new_job(kind="echo", idempotency_key="once")
+
+    await service.submit_many_ids(TENANT, ACTOR, [factories.new_job(kind="echo") for _ in range(3)] + [keyed])
+    await service.submit_many_ids(TENANT, ACTOR, [keyed])
+
+    counted = metrics.registry.get_sample_value("jobs_submitted_total", {"tenant": TENANT, "kind": "echo"})
+    assert counted == 4
