@@ -65,6 +65,11 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         trace = convert.trace_context_from_metadata(context.invocation_metadata())
         jobs = [convert.new_job_from_proto(item, f"jobs[{i}].", trace) for i, item in enumerate(request.jobs)]
         await self._admission.admit(_tenant(), len(jobs))
+        if request.ids_only:
+            answers = await self._submissions.submit_many_ids(_tenant(), current_principal().name, jobs)
+            return jobs_pb2.SubmitJobsResponse(
+                job_ids=[job_id for job_id, _ in answers], created=[created for _, created in answers]
+            )
         outcomes = await self._submissions.submit_many(_tenant(), current_principal().name, jobs)
         return jobs_pb2.SubmitJobsResponse(
             results=[jobs_pb2.SubmitJobResponse(job=convert.job_to_proto(o.job), created=o.created) for o in outcomes]

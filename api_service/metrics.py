@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Mapping, Sequence
 
 import grpc
@@ -93,9 +94,14 @@ class SubmissionMetrics:
         )
 
     def count_created(self, outcomes: Sequence[SubmitOutcome]) -> None:
-        for outcome in outcomes:
-            if outcome.created:
-                self.submitted.labels(self._tenant_label(outcome.job.tenant), outcome.job.kind).inc()
+        created = collections.Counter((o.job.tenant, o.job.kind) for o in outcomes if o.created)
+        for (tenant, kind), count in created.items():
+            self.submitted.labels(self._tenant_label(tenant), kind).inc(count)
+
+    def count_created_kinds(self, tenant: str, kinds: Sequence[str]) -> None:
+        """New jobs of one tenant, by kind: one counter update per kind, not per job."""
+        for kind, count in collections.Counter(kinds).items():
+            self.submitted.labels(self._tenant_label(tenant), kind).inc(count)
 
 
 class ResultCacheMetrics:

@@ -181,13 +181,13 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no RSS for {pid}")
 
 
-def pgqueuer_peer(url: str, jobs: int, batch: int = 100, dequeuers: int = 5) -> dict[str, float]:
-    """PgQueuer's enqueue and drain of `jobs` jobs into the empty database at `url`, run by the
-    peer's own venv (its figures: enqueue_per_s, drain_per_s, combined_per_s)."""
+def pgqueuer_peer(url: str, jobs: int, batch: int = 100, dequeuers: int = 5, producers: int = 1) -> dict[str, float]:
+    """PgQueuer's enqueue (from `producers` at once) and drain of `jobs` jobs into the empty database
+    at `url`, run by the peer's own venv (its figures: enqueue_per_s, drain_per_s, combined_per_s)."""
     if not Path(PEER_PYTHON).exists():
         raise RuntimeError(f"no PgQueuer venv at {PEER_PYTHON}: run `make bench`, which creates it")
     done = subprocess.run(
-        [PEER_PYTHON, str(PEER_SCRIPT), url, str(jobs), str(batch), str(dequeuers)],
+        [PEER_PYTHON, str(PEER_SCRIPT), url, str(jobs), str(batch), str(dequeuers), str(producers)],
         capture_output=True,
         text=True,
         timeout=PEER_TIMEOUT_SECONDS,

@@ -3,10 +3,11 @@
 Runs in the benchmark venv of its own (.bench-venv, see benchmarks/pgqueuer-requirements.txt), not in
 the project's: it imports only PgQueuer, asyncpg and the standard library. Usage:
 
-    .bench-venv/bin/python benchmarks/pgqueuer_peer.py DATABASE_URL JOBS [BATCH] [DEQUEUERS]
+    .bench-venv/bin/python benchmarks/pgqueuer_peer.py DATABASE_URL JOBS [BATCH] [DEQUEUERS] [PRODUCERS]
 
 It installs PgQueuer's schema (durable tables, its default) into the empty database it is given,
-enqueues JOBS jobs in batches of BATCH over one connection, then drains them with DEQUEUERS queue
+enqueues JOBS jobs in batches of BATCH from PRODUCERS producers (1; each on its own connection, one
+statement in flight each: the counterpart of the work-down's calls in flight), then drains them with DEQUEUERS queue
 managers (each on its own connection, batch size BATCH) in drain mode, and prints one JSON line:
 {"enqueue_per_s", "drain_per_s", "combined_per_s", "left"}. combined is the harmonic combination
 jobs / (enqueue seconds + drain seconds), the end-to-end rate of enqueue-then-drain.
@@ -29,18 +30,23 @@ from pgqueuer.queries import Queries
 ENTRYPOINT = "echo"
 
 
-async def enqueue(url: str, jobs: int, batch: int) -> float:
-    """Seconds to enqueue `jobs` jobs, `batch` per statement, as one producer does."""
-    connection = await asyncpg.connect(url)
-    try:
+async def enqueue(url: str, jobs: int, batch: int, producers: int = 1) -> float:
+    """Seconds to enqueue `jobs` jobs, `batch` per statement, from `producers` producers at once."""
+    connections = [await asyncpg.connect(url) for _ in range(producers)]
+    batches = [min(batch, jobs - offset) for offset in range(0, jobs, batch)]
+
+    async def produce(connection: asyncpg.Connection, sizes: list[int]) -> None:
         queries = Queries(AsyncpgDriver(connection))
-        started = time.monotonic()
-        for offset in range(0, jobs, batch):
-            n = min(batch, jobs - offset)
+        for n in sizes:
             await queries.enqueue([ENTRYPOINT] * n, [b"x"] * n, [0] * n)
+
+    try:
+        started = time.monotonic()
+        await asyncio.gather(*(produce(c, batches[i::producers]) for i, c in enumerate(connections)))
         return time.monotonic() - started
     finally:
-        await connection.close()
+        for connection in connections:
+            await connection.close()
 
 
 async def drain(url: str, jobs: int, batch: int, dequeuers: int) -> tuple[float, int]:
@@ -67,13 +73,13 @@ async def drain(url: str, jobs: int, batch: int, dequeuers: int) -> tuple[float,
     return elapsed, done
 
 
-async def main(url: str, jobs: int, batch: int, dequeuers: int) -> dict[str, float]:
+async def main(url: str, jobs: int, batch: int, dequeuers: int, producers: int) -> dict[str, float]:
     connection = await asyncpg.connect(url)
     try:
         await Queries(AsyncpgDriver(connection)).install()
     finally:
         await connection.close()
-    enqueue_seconds = await enqueue(url, jobs, batch)
+    enqueue_seconds = await enqueue(url, jobs, batch, producers)
     drain_seconds, done = await drain(url, jobs, batch, dequeuers)
     connection = await asyncpg.connect(url)
     try:
@@ -94,4 +100,5 @@ if __name__ == "__main__":
     url_arg, jobs_arg = sys.argv[1], int(sys.argv[2])
     batch_arg = int(sys.argv[3]) if len(sys.argv) > 3 else 100
     dequeuers_arg = int(sys.argv[4]) if len(sys.argv) > 4 else 5
-    print(json.dumps(asyncio.run(main(url_arg, jobs_arg, batch_arg, dequeuers_arg))))
+    producers_arg = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    print(json.dumps(asyncio.run(main(url_arg, jobs_arg, batch_arg, dequeuers_arg, producers_arg))))

@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import psycopg
@@ -109,19 +110,22 @@ async def bare_sql_lifecycle(url: str, jobs: int) -> float:
     return jobs / (time.time() - started)
 
 
-def work_down(url: str, jobs: int) -> float:
-    """`jobs` echo jobs through SubmitJobs, run by two workers, completed through the API: first
-    submit to last completion, jobs per second."""
+def work_down(url: str, jobs: int, in_flight: int = 1) -> float:
+    """`jobs` echo jobs through SubmitJobs (ids only, `in_flight` calls at a time), run by two
+    workers, completed through the API: first submit to last completion, jobs per second."""
     with (
         ServicePair(url, worker_env=FAST_WORKER_ENV) as pair,
         grpc.insecure_channel(pair.target, options=[("grpc.max_send_message_length", 64 << 20)]) as channel,
+        ThreadPoolExecutor(in_flight) as callers,
     ):
         stub = jobs_pb2_grpc.JobServiceStub(channel)
         request = [jobs_pb2.SubmitJobRequest(kind="echo", payload=b"x")] * SUBMIT_BATCH
+        batches = [
+            jobs_pb2.SubmitJobsRequest(jobs=request[: min(SUBMIT_BATCH, jobs - offset)], ids_only=True)
+            for offset in range(0, jobs, SUBMIT_BATCH)
+        ]
         started = time.time()
-        for offset in range(0, jobs, SUBMIT_BATCH):
-            batch = request[: min(SUBMIT_BATCH, jobs - offset)]
-            stub.SubmitJobs(jobs_pb2.SubmitJobsRequest(jobs=batch), metadata=pair.metadata(), timeout=60)
+        list(callers.map(lambda batch: stub.SubmitJobs(batch, metadata=pair.metadata(), timeout=60), batches))
         finished = _wait_all_succeeded(url, jobs, timeout=max(60.0, jobs / 200))
     return jobs / (finished - started)
 

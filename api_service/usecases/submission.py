@@ -60,6 +60,40 @@ class SubmissionService:
 
     async def submit_many(self, tenant: TenantId, actor: str, jobs: Sequence[NewJob]) -> list[SubmitOutcome]:
         """All or nothing: any invalid item or reused key rejects the batch and writes nothing."""
+        plain = await self._check_batch(jobs)
+        async with self._db.transaction(tenant) as conn:
+            inserted = (
+                await job_store.insert_many(conn, tenant, actor, self._plain_inserts(jobs, plain)) if plain else []
+            )
+            submitted: dict[int, _Submitted] = {
+                i: (SubmitOutcome(job, True), []) for i, job in zip(plain, inserted, strict=True)
+            }
+            submitted.update(await self._submit_rest(conn, tenant, actor, jobs, skip=plain))
+        ordered = [submitted[i] for i in range(len(jobs))]
+        _log_committed(actor, ordered)
+        outcomes = [outcome for outcome, _ in ordered]
+        self._metrics.count_created(outcomes)
+        return outcomes
+
+    async def submit_many_ids(self, tenant: TenantId, actor: str, jobs: Sequence[NewJob]) -> list[tuple[JobId, bool]]:
+        """As submit_many, answering only each job's id and whether this call created it: the plain
+        items' rows are inserted without being read back, the most a batch of them costs per job."""
+        plain = await self._check_batch(jobs)
+        async with self._db.transaction(tenant) as conn:
+            ids = (
+                await job_store.insert_many_ids(conn, tenant, actor, self._plain_inserts(jobs, plain)) if plain else []
+            )
+            rest = await self._submit_rest(conn, tenant, actor, jobs, skip=plain)
+        _log_committed(actor, list(rest.values()))
+        _log_created_plain(actor, tenant, [(job_id, jobs[i].kind) for i, job_id in zip(plain, ids, strict=True)])
+        self._metrics.count_created([outcome for outcome, _ in rest.values()])
+        self._metrics.count_created_kinds(tenant, [jobs[i].kind for i in plain])
+        answers = {i: (job_id, True) for i, job_id in zip(plain, ids, strict=True)}
+        answers.update((i, (outcome.job.job_id, outcome.created)) for i, (outcome, _) in rest.items())
+        return [answers[i] for i in range(len(jobs))]
+
+    async def _check_batch(self, jobs: Sequence[NewJob]) -> list[int]:
+        """Validates a batch before anything is written; the indexes of its plain items."""
         if not jobs:
             raise InvalidArgument(FieldViolation("jobs", "must hold at least one submission"))
         if len(jobs) > self._limits.max_batch_size:
@@ -68,22 +102,21 @@ class SubmissionService:
         for index, job in enumerate(jobs):
             validate_new_job(job, limits=self._limits, known_kinds=known.keys(), prefix=f"jobs[{index}].")
         _check_keys_within_batch(jobs)
-        plain = [i for i, job in enumerate(jobs) if _is_plain(job)]
-        submitted: dict[int, tuple[SubmitOutcome, list[JobId]]] = {}
-        async with self._db.transaction(tenant) as conn:
-            if plain:
-                inserted = await job_store.insert_many(
-                    conn, tenant, actor, [self._plain_insert(jobs[i]) for i in plain]
-                )
-                submitted.update((i, (SubmitOutcome(job, True), [])) for i, job in zip(plain, inserted, strict=True))
-            for index, job in enumerate(jobs):
-                if index not in submitted:
-                    submitted[index] = await self._submit_one(conn, tenant, actor, job, f"jobs[{index}].")
-        ordered = [submitted[i] for i in range(len(jobs))]
-        _log_committed(actor, ordered)
-        outcomes = [outcome for outcome, _ in ordered]
-        self._metrics.count_created(outcomes)
-        return outcomes
+        return [i for i, job in enumerate(jobs) if _is_plain(job)]
+
+    async def _submit_rest(
+        self, conn: Connection, tenant: TenantId, actor: str, jobs: Sequence[NewJob], *, skip: Sequence[int]
+    ) -> dict[int, _Submitted]:
+        """The items that need lookups before their insert, one at a time in request order."""
+        skipped = set(skip)
+        return {
+            index: await self._submit_one(conn, tenant, actor, job, f"jobs[{index}].")
+            for index, job in enumerate(jobs)
+            if index not in skipped
+        }
+
+    def _plain_inserts(self, jobs: Sequence[NewJob], indexes: Sequence[int]) -> list[job_store.PlainInsert]:
+        return [self._plain_insert(jobs[i]) for i in indexes]
 
     async def _submit_group(self, conn: Connection, requests: Sequence[_Request]) -> list[_Submitted | JobsError]:
         """One group-commit transaction: plain submissions of one caller go in one statement each. The
@@ -222,6 +255,8 @@ class _TenantScope:
 
 def _log_committed(actor: str, submitted: Sequence[tuple[SubmitOutcome, list[JobId]]]) -> None:
     """After COMMIT only: a line for every job this call created or ended."""
+    if not log.isEnabledFor(logging.INFO):
+        return  # every line below is INFO or DEBUG: spares building each job's fields
     for outcome, superseded in submitted:
         job = outcome.job
         if not outcome.created:
@@ -234,6 +269,15 @@ def _log_committed(actor: str, submitted: Sequence[tuple[SubmitOutcome, list[Job
                 job.resource_version,
                 extra={"job_id": old_job_id, "tenant": job.tenant, "state": JobState.SUPERSEDED.value, "actor": actor},
             )
+
+
+def _log_created_plain(actor: str, tenant: TenantId, created: Sequence[tuple[JobId, str]]) -> None:
+    """After COMMIT only: the line _log_committed writes for a new plain job, from its id and kind."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    for job_id, kind in created:
+        fields = {"job_id": job_id, "tenant": tenant, "kind": kind, "attempt": 0, "fencing_token": 0}
+        log.info("job submitted", extra={**fields, "state": JobState.PENDING.value, "actor": actor})
 
 
 def _is_plain(job: NewJob) -> bool:

@@ -126,27 +126,39 @@ class PlainInsert:
 async def insert_many(conn: Connection, tenant: TenantId, actor: str, items: Sequence[PlainInsert]) -> list[Job]:
     """One statement for the lot; jobs come back in input order (ids are chosen here, at random)."""
     job_ids = [uuid.uuid4() for _ in items]
-    cur = await conn.execute(
-        queries.JOB_INSERT_MANY,
-        {
-            "tenant": tenant,
-            "actor": actor,
-            "job_ids": job_ids,
-            "kinds": [i.job.kind for i in items],
-            "payloads": [i.job.payload for i in items],
-            "priorities": [i.job.priority for i in items],
-            "run_afters": [i.job.run_after for i in items],
-            "deadlines": [i.job.deadline for i in items],
-            "max_attempts": [i.max_attempts for i in items],
-            "backoff_bases": [i.backoff_base_seconds for i in items],
-            "backoff_caps": [i.backoff_cap_seconds for i in items],
-            "labels": [Jsonb(i.job.labels) if i.job.labels else None for i in items],
-            "traceparents": [i.job.trace_context.traceparent if i.job.trace_context else None for i in items],
-            "tracestates": [i.job.trace_context.tracestate if i.job.trace_context else None for i in items],
-        },
-    )
+    cur = await conn.execute(queries.JOB_INSERT_MANY, _insert_many_params(tenant, actor, job_ids, items))
     by_id = {row["job_id"]: job_from_row(row) for row in await cur.fetchall()}
     return [by_id[job_id] for job_id in job_ids]
+
+
+async def insert_many_ids(conn: Connection, tenant: TenantId, actor: str, items: Sequence[PlainInsert]) -> list[JobId]:
+    """As insert_many, answering only the ids (in input order): no row is read back or decoded."""
+    job_ids = [uuid.uuid4() for _ in items]
+    cur = await conn.execute(queries.JOB_INSERT_MANY_IDS, _insert_many_params(tenant, actor, job_ids, items))
+    if cur.rowcount != len(items):
+        raise RuntimeError(f"{len(items)} jobs to insert but {cur.rowcount} inserted")
+    return [JobId(str(job_id)) for job_id in job_ids]
+
+
+def _insert_many_params(
+    tenant: TenantId, actor: str, job_ids: Sequence[uuid.UUID], items: Sequence[PlainInsert]
+) -> dict[str, object]:
+    return {
+        "tenant": tenant,
+        "actor": actor,
+        "job_ids": job_ids,
+        "kinds": [i.job.kind for i in items],
+        "payloads": [i.job.payload for i in items],
+        "priorities": [i.job.priority for i in items],
+        "run_afters": [i.job.run_after for i in items],
+        "deadlines": [i.job.deadline for i in items],
+        "max_attempts": [i.max_attempts for i in items],
+        "backoff_bases": [i.backoff_base_seconds for i in items],
+        "backoff_caps": [i.backoff_cap_seconds for i in items],
+        "labels": [Jsonb(i.job.labels) if i.job.labels else None for i in items],
+        "traceparents": [i.job.trace_context.traceparent if i.job.trace_context else None for i in items],
+        "tracestates": [i.job.trace_context.tracestate if i.job.trace_context else None for i in items],
+    }
 
 
 async def dependency_states(conn: Connection, tenant: TenantId, job_ids: Sequence[JobId]) -> dict[JobId, JobState]:

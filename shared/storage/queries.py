@@ -17,6 +17,7 @@ _operator = load_sql_blocks("operator.sql")
 
 JOB_INSERT = _jobs.pop("job_insert")
 JOB_INSERT_MANY = _jobs.pop("job_insert_many")
+JOB_INSERT_MANY_IDS = _jobs.pop("job_insert_many_ids")
 JOB_DEPENDENCY_STATES = _jobs.pop("job_dependency_states")
 RESOURCE_HEAD_LOCK = _jobs.pop("resource_head_lock")
 RESOURCE_HEAD_ADVANCE = _jobs.pop("resource_head_advance")

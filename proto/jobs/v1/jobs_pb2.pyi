@@ -224,16 +224,22 @@ class SubmitJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
 
 class SubmitJobsRequest(_message.Message):
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "ids_only")
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    IDS_ONLY_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[SubmitJobRequest]
-    def __init__(self, jobs: _Optional[_Iterable[_Union[SubmitJobRequest, _Mapping]]] = ...) -> None: ...
+    ids_only: bool
+    def __init__(self, jobs: _Optional[_Iterable[_Union[SubmitJobRequest, _Mapping]]] = ..., ids_only: _Optional[bool] = ...) -> None: ...
 
 class SubmitJobsResponse(_message.Message):
-    __slots__ = ("results",)
+    __slots__ = ("results", "job_ids", "created")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[SubmitJobResponse]
-    def __init__(self, results: _Optional[_Iterable[_Union[SubmitJobResponse, _Mapping]]] = ...) -> None: ...
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    created: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, results: _Optional[_Iterable[_Union[SubmitJobResponse, _Mapping]]] = ..., job_ids: _Optional[_Iterable[str]] = ..., created: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
     __slots__ = ("job_id",)

@@ -38,6 +38,21 @@ RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created
           finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
           resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
 
+-- name: job_insert_many_ids
+-- Stores many plain submissions of one tenant in one statement, as job_insert_many, reading nothing back.
+INSERT INTO jobs (job_id, tenant, kind, state, payload, priority, run_after, deadline, max_attempts, retry_budget,
+                  backoff_base_seconds, backoff_cap_seconds, labels, transition_actor, transition_reason,
+                  traceparent, tracestate)
+SELECT s.job_id, %(tenant)s, s.kind, 'pending', s.payload, s.priority, coalesce(s.run_after, clock_timestamp()),
+       s.deadline, s.max_attempts, s.max_attempts, s.backoff_base, s.backoff_cap, coalesce(s.labels, '{}'),
+       %(actor)s, 'submitted', s.traceparent, s.tracestate
+FROM unnest(%(job_ids)s::uuid[], %(kinds)s::text[], %(payloads)s::bytea[], %(priorities)s::integer[],
+            %(run_afters)s::timestamptz[], %(deadlines)s::timestamptz[], %(max_attempts)s::integer[],
+            %(backoff_bases)s::double precision[], %(backoff_caps)s::double precision[], %(labels)s::jsonb[],
+            %(traceparents)s::text[], %(tracestates)s::text[])
+     AS s(job_id, kind, payload, priority, run_after, deadline, max_attempts, backoff_base, backoff_cap, labels,
+          traceparent, tracestate);
+
 -- name: job_dependency_states
 -- The states of the named jobs of one tenant, locked so none can end unseen before this transaction commits.
 SELECT job_id, state
