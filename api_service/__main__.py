@@ -15,10 +15,11 @@ from prometheus_client import disable_created_metrics
 
 from api_service.server import serve
 from api_service.settings import ApiSettings
-from shared.domain.errors import JobsError
+from api_service.usecases.admin_config import AdminConfig
+from shared.domain.admin import Actor
+from shared.domain.errors import InvalidArgument, JobsError
 from shared.env_settings import LOG_LEVEL_DEFAULT, SettingsError, env_log_level
 from shared.json_logging import configure_logging
-from shared.storage import kind_store
 from shared.storage.database import Database, PoolSettings
 from shared.storage.database_settings import DatabaseSettings
 from shared.storage.migrator import migrate
@@ -68,19 +69,21 @@ def _migration_url(env: Mapping[str, str]) -> str:
 
 
 async def _retire_kind(database: DatabaseSettings, kind: str) -> int:
+    """Through the AdminService's own use-case, so the retirement is in admin_actions like any other."""
     db = await Database.open(
         PoolSettings(
             database.url, max_size=1, application_name="jobs-admin", prepare_threshold=database.prepare_threshold
         )
     )
     try:
-        async with db.transaction() as conn:
-            retired = await kind_store.retire(conn, kind, actor=f"operator:{getpass.getuser()}")
-    finally:
-        await db.close()
-    if not retired:
+        await AdminConfig(db).retire_kind(
+            Actor(f"operator:{getpass.getuser()}"), kind, "python -m api_service retire-kind"
+        )
+    except InvalidArgument:
         log.error("no known job kind %r (unknown, or retired already)", kind)
         return 1
+    finally:
+        await db.close()
     log.info("job kind %s retired: submissions of it are refused until a worker publishes it again", kind)
     return 0
 

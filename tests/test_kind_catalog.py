@@ -112,4 +112,7 @@ def test_retire_kind_from_the_command_line(database_url: str):
         row = conn.execute("SELECT retired_by FROM job_kinds WHERE kind = 'resize'").fetchone()
         assert row is not None
         (retired_by,) = row
+        recorded = conn.execute("SELECT actor, action, target FROM admin_actions").fetchall()
     assert retired_by.startswith("operator:")
+    assert [(action, target) for _, action, target in recorded] == [("retire_kind", "resize")]
+    assert recorded[0][0] == retired_by, "recorded with who, like an AdminService retirement"
