@@ -105,69 +105,83 @@ BEGIN
           SELECT o.key FROM jobs AS j, unnest(j.limit_keys, j.limit_key_bounds) AS o(key, bound)
           WHERE j.job_id = ANY (candidate_ids) AND o.bound > 0) AS b;
 
-    FOR k IN SELECT b.key FROM unnest(bounded) AS b(key) ORDER BY hashtext(b.key), b.key LOOP
-        PERFORM pg_advisory_xact_lock(18, hashtext(k));
-    END LOOP;
+    IF cardinality(bounded) = 0 THEN
+        -- Nothing bounds these candidates (the usual case): every one that is still runnable fits, so
+        -- they are locked in one statement, in their fair order, skipping the rows other claimers hold.
+        SELECT coalesce(array_agg(x.job_id ORDER BY x.ord), '{}') INTO admitted
+        FROM (SELECT j.job_id, u.ord
+              FROM unnest(candidate_ids) WITH ORDINALITY AS u(job_id, ord)
+              JOIN jobs AS j ON j.job_id = u.job_id
+              WHERE j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
+                AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+              ORDER BY u.ord
+              LIMIT max_jobs
+              FOR UPDATE OF j SKIP LOCKED) AS x;
+    ELSE
+        FOR k IN SELECT b.key FROM unnest(bounded) AS b(key) ORDER BY hashtext(b.key), b.key LOOP
+            PERFORM pg_advisory_xact_lock(18, hashtext(k));
+        END LOOP;
 
-    -- Counted after the locks, in this statement's own snapshot.
-    SELECT coalesce(jsonb_object_agg(r.key, r.n), '{}') INTO running
-    FROM (SELECT rk AS key, count(*) AS n
-          FROM jobs AS j, unnest(j.running_keys) AS rk
-          WHERE j.state = 'running' AND rk = ANY (bounded)
-          GROUP BY rk) AS r;
+        -- Counted after the locks, in this statement's own snapshot.
+        SELECT coalesce(jsonb_object_agg(r.key, r.n), '{}') INTO running
+        FROM (SELECT rk AS key, count(*) AS n
+              FROM jobs AS j, unnest(j.running_keys) AS rk
+              WHERE j.state = 'running' AND rk = ANY (bounded)
+              GROUP BY rk) AS r;
 
-    at := clock_timestamp();
-    FOR limit_row IN
-        SELECT l.key, l.max_running, l.rate_per_second, l.burst, s.tokens, s.refilled_at
-        FROM job_limits AS l LEFT JOIN job_key_state AS s ON s.key = l.key
-        WHERE l.key = ANY (bounded)
-    LOOP
-        IF limit_row.max_running > 0 THEN
-            max_of := max_of || jsonb_build_object(limit_row.key, limit_row.max_running);
-        END IF;
-        IF limit_row.rate_per_second > 0 THEN
-            tokens_of := tokens_of || jsonb_build_object(limit_row.key, floor(jobs_bucket_tokens(
-                limit_row.rate_per_second, limit_row.burst, limit_row.tokens, limit_row.refilled_at, at)));
-        END IF;
-    END LOOP;
-
-    FOR c IN SELECT * FROM jobs_claim_candidates(candidate_ids, kind_keys) AS cc ORDER BY cc.ord LOOP
-        EXIT WHEN cardinality(admitted) >= max_jobs;
-        fits := true;
-        FOREACH k IN ARRAY c.keys LOOP
-            CONTINUE WHEN NOT k = ANY (bounded);
-            n := coalesce((running ->> k)::integer, 0) + coalesce((used ->> k)::integer, 0);
-            IF (max_of ? k AND n >= (max_of ->> k)::integer)
-               OR (tokens_of ? k AND coalesce((used ->> k)::integer, 0) >= (tokens_of ->> k)::integer)
-               OR EXISTS (SELECT 1 FROM unnest(c.own_keys, c.own_bounds) AS o(key, bound)
-                          WHERE o.key = k AND o.bound > 0 AND n >= o.bound) THEN
-                fits := false;
-                EXIT;
+        at := clock_timestamp();
+        FOR limit_row IN
+            SELECT l.key, l.max_running, l.rate_per_second, l.burst, s.tokens, s.refilled_at
+            FROM job_limits AS l LEFT JOIN job_key_state AS s ON s.key = l.key
+            WHERE l.key = ANY (bounded)
+        LOOP
+            IF limit_row.max_running > 0 THEN
+                max_of := max_of || jsonb_build_object(limit_row.key, limit_row.max_running);
+            END IF;
+            IF limit_row.rate_per_second > 0 THEN
+                tokens_of := tokens_of || jsonb_build_object(limit_row.key, floor(jobs_bucket_tokens(
+                    limit_row.rate_per_second, limit_row.burst, limit_row.tokens, limit_row.refilled_at, at)));
             END IF;
         END LOOP;
-        CONTINUE WHEN NOT fits;
-        PERFORM 1 FROM jobs AS j
-        WHERE j.job_id = c.job_id AND j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
-          AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
-        FOR UPDATE SKIP LOCKED;
-        CONTINUE WHEN NOT FOUND;
-        admitted := admitted || c.job_id;
-        FOREACH k IN ARRAY c.keys LOOP
-            IF k = ANY (bounded) THEN
-                used := used || jsonb_build_object(k, coalesce((used ->> k)::integer, 0) + 1);
-            END IF;
-        END LOOP;
-    END LOOP;
 
-    -- Tokens taken from each rate-limited key, by the clock the room was computed with.
-    INSERT INTO job_key_state AS s (key, tokens, refilled_at)
-    SELECT l.key,
-           jobs_bucket_tokens(l.rate_per_second, l.burst, s0.tokens, s0.refilled_at, at)
-               - coalesce((used ->> l.key)::integer, 0),
-           at
-    FROM job_limits AS l LEFT JOIN job_key_state AS s0 ON s0.key = l.key
-    WHERE l.key = ANY (bounded) AND l.rate_per_second > 0 AND used ? l.key
-    ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at;
+        FOR c IN SELECT * FROM jobs_claim_candidates(candidate_ids, kind_keys) AS cc ORDER BY cc.ord LOOP
+            EXIT WHEN cardinality(admitted) >= max_jobs;
+            fits := true;
+            FOREACH k IN ARRAY c.keys LOOP
+                CONTINUE WHEN NOT k = ANY (bounded);
+                n := coalesce((running ->> k)::integer, 0) + coalesce((used ->> k)::integer, 0);
+                IF (max_of ? k AND n >= (max_of ->> k)::integer)
+                   OR (tokens_of ? k AND coalesce((used ->> k)::integer, 0) >= (tokens_of ->> k)::integer)
+                   OR EXISTS (SELECT 1 FROM unnest(c.own_keys, c.own_bounds) AS o(key, bound)
+                              WHERE o.key = k AND o.bound > 0 AND n >= o.bound) THEN
+                    fits := false;
+                    EXIT;
+                END IF;
+            END LOOP;
+            CONTINUE WHEN NOT fits;
+            PERFORM 1 FROM jobs AS j
+            WHERE j.job_id = c.job_id AND j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
+              AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+            FOR UPDATE SKIP LOCKED;
+            CONTINUE WHEN NOT FOUND;
+            admitted := admitted || c.job_id;
+            FOREACH k IN ARRAY c.keys LOOP
+                IF k = ANY (bounded) THEN
+                    used := used || jsonb_build_object(k, coalesce((used ->> k)::integer, 0) + 1);
+                END IF;
+            END LOOP;
+        END LOOP;
+
+        -- Tokens taken from each rate-limited key, by the clock the room was computed with.
+        INSERT INTO job_key_state AS s (key, tokens, refilled_at)
+        SELECT l.key,
+               jobs_bucket_tokens(l.rate_per_second, l.burst, s0.tokens, s0.refilled_at, at)
+                   - coalesce((used ->> l.key)::integer, 0),
+               at
+        FROM job_limits AS l LEFT JOIN job_key_state AS s0 ON s0.key = l.key
+        WHERE l.key = ANY (bounded) AND l.rate_per_second > 0 AND used ? l.key
+        ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at;
+    END IF;
 
     RETURN QUERY
     UPDATE jobs AS j
