@@ -4,14 +4,12 @@ long one batch (one transaction, holding its jobs' row locks) lasts on average."
 from __future__ import annotations
 
 import time
-import uuid
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from api_service.usecases.admin_jobs import BULK_BATCH_SIZE, AdminJobs
 from api_service.usecases.job_queries import JobQueries
-from benchmarks.harness import TENANTS
+from benchmarks.harness import TENANTS, plain_insert_params
 from shared.domain.admin import Actor, BulkRequest, JobFilter
 from shared.storage import queries
 from shared.storage.database import Database, PoolSettings
@@ -25,22 +23,7 @@ def _insert(url: str, jobs: int) -> None:
             n = min(INSERT_BATCH, jobs - offset)
             conn.execute(
                 queries.JOB_INSERT_MANY,
-                {
-                    "tenant": TENANTS[(offset // INSERT_BATCH) % len(TENANTS)],
-                    "actor": "bench",
-                    "job_ids": [str(uuid.uuid4()) for _ in range(n)],
-                    "kinds": ["echo"] * n,
-                    "payloads": [b"x"] * n,
-                    "priorities": [0] * n,
-                    "run_afters": [None] * n,
-                    "deadlines": [None] * n,
-                    "max_attempts": [3] * n,
-                    "backoff_bases": [1.0] * n,
-                    "backoff_caps": [300.0] * n,
-                    "labels": [Jsonb({"batch": "bench"})] * n,
-                    "traceparents": [None] * n,
-                    "tracestates": [None] * n,
-                },
+                plain_insert_params(TENANTS[(offset // INSERT_BATCH) % len(TENANTS)], n, labels={"batch": "bench"}),
             )
 
 

@@ -11,14 +11,12 @@ import asyncio
 import os
 import random
 import time
-import uuid
 from dataclasses import dataclass
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
-from benchmarks.harness import median, percentile
+from benchmarks.harness import median, percentile, plain_insert_params
 from shared.storage import queries
 
 CLAIMERS = 4
@@ -74,22 +72,7 @@ async def insert_plain(conn: psycopg.AsyncConnection, tenant: str, count: int, k
         n = min(INSERT_BATCH, count - offset)
         await conn.execute(
             queries.JOB_INSERT_MANY,
-            {
-                "tenant": tenant,
-                "actor": "bench",
-                "job_ids": [str(uuid.uuid4()) for _ in range(n)],
-                "kinds": [kind] * n,
-                "payloads": [b"x"] * n,
-                "priorities": [0] * n,
-                "run_afters": [None] * n,
-                "deadlines": [None] * n,
-                "max_attempts": [3] * n,
-                "backoff_bases": [1.0] * n,
-                "backoff_caps": [300.0] * n,
-                "labels": [Jsonb({})] * n,
-                "traceparents": [None] * n,
-                "tracestates": [None] * n,
-            },
+            plain_insert_params(tenant, n, kind=kind),
         )
 
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ import grpc
 import psycopg
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from shared.storage.migrator import migrate
 
@@ -67,6 +69,29 @@ def fresh_database(label: str, *, migrated: bool = True) -> Iterator[str]:
     finally:
         with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def plain_insert_params(
+    tenant: str, n: int, *, kind: str = "echo", labels: dict[str, str] | None = None
+) -> dict[str, object]:
+    """The parameters of queries.JOB_INSERT_MANY for `n` no-op jobs of one tenant, as the benchmarks
+    load them: the service's own insert, with no idempotency key, dependency or resource."""
+    return {
+        "tenant": tenant,
+        "actor": "bench",
+        "job_ids": [str(uuid.uuid4()) for _ in range(n)],
+        "kinds": [kind] * n,
+        "payloads": [b"x"] * n,
+        "priorities": [0] * n,
+        "run_afters": [None] * n,
+        "deadlines": [None] * n,
+        "max_attempts": [3] * n,
+        "backoff_bases": [1.0] * n,
+        "backoff_caps": [300.0] * n,
+        "labels": [Jsonb(labels or {})] * n,
+        "traceparents": [None] * n,
+        "tracestates": [None] * n,
+    }
 
 
 def durability_settings(url: str) -> dict[str, str]:

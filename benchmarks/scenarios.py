@@ -5,16 +5,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import psycopg
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
-from benchmarks.harness import TENANTS, ServicePair, median, percentile, rss_bytes
+from benchmarks.harness import TENANTS, ServicePair, median, percentile, plain_insert_params, rss_bytes
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc
 from shared.storage import queries
 
@@ -65,22 +63,7 @@ async def bare_sql_lifecycle(url: str, jobs: int) -> float:
                 n = min(SQL_BATCH, jobs - offset)
                 await conn.execute(
                     queries.JOB_INSERT_MANY,
-                    {
-                        "tenant": TENANTS[0],
-                        "actor": "bench",
-                        "job_ids": [str(uuid.uuid4()) for _ in range(n)],
-                        "kinds": ["echo"] * n,
-                        "payloads": [b"x"] * n,
-                        "priorities": [0] * n,
-                        "run_afters": [None] * n,
-                        "deadlines": [None] * n,
-                        "max_attempts": [3] * n,
-                        "backoff_bases": [1.0] * n,
-                        "backoff_caps": [300.0] * n,
-                        "labels": [Jsonb({})] * n,
-                        "traceparents": [None] * n,
-                        "tracestates": [None] * n,
-                    },
+                    plain_insert_params(TENANTS[0], n),
                 )
 
     async def work() -> None:
