@@ -193,9 +193,5 @@ def _attempt_errors(events: list[jobs_pb2.JobEvent]) -> list[str]:
 
 def table(rows: Sequence[tuple[str, ...]]) -> str:
     """Left-aligned columns sized to their widest cell; the first row is the header."""
-    return _table(rows)
-
-
-def _table(rows: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)

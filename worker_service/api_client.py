@@ -152,8 +152,6 @@ class ApiClient:
             if error.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
                 raise CheckpointRefused(f"checkpoint {stage[:64]!r}: {error.details()}") from None
             raise
-        if isinstance(response, ReportOutcome):
-            return response
         outcome = convert.outcome_from_proto(response.outcome)
         if outcome is not ReportOutcome.ACCEPTED:
             return outcome
@@ -163,8 +161,6 @@ class ApiClient:
         response = await self._call(
             self._stub.ReportProgress, convert.report_progress_request(reports), deadline=deadline
         )
-        if isinstance(response, ReportOutcome):
-            return [response] * len(reports)
         return [convert.outcome_from_proto(o.outcome) for o in response.outcomes]
 
     async def dependency_results(self, lease: LeaseRef, *, deadline: float) -> dict[JobId, bytes] | ReportOutcome:

@@ -222,24 +222,11 @@ class _ParentCalls:
 
 async def _receive(receiver: multiprocessing.connection.Connection, child: Any) -> tuple[Any, ...]:
     """The child's one message; its death without one is an unclassified failure."""
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Future[None] = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(receiver.fileno(), wake)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(receiver.fileno())
-    try:
-        message: tuple[Any, ...] = receiver.recv()  # the child sends only tuples (_child_main)
+    message = await _next_message(receiver)  # the child sends only tuples (_child_main)
+    if message is not None:
         return message
-    except EOFError:
-        await loop.run_in_executor(None, child.join, PROCESS_KILL_AFTER_SECONDS)
-        return ("crashed", "HandlerProcessExited", f"the handler's process exited with code {child.exitcode}", "")
+    await asyncio.get_running_loop().run_in_executor(None, child.join, PROCESS_KILL_AFTER_SECONDS)
+    return ("crashed", "HandlerProcessExited", f"the handler's process exited with code {child.exitcode}", "")
 
 
 def _unpack(message: tuple[Any, ...]) -> object:
