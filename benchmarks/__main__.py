@@ -28,6 +28,7 @@ SCENARIOS = (
     "memory",
     "fair_wait",
     "fair_throughput",
+    "fair_vs_fifo",
     "claim_1m",
     "overshoot",
     "admin_bulk",
@@ -198,6 +199,24 @@ def _scheduling(only: set[str], figures: dict[str, Any]) -> list[tuple[str, str,
                 "drain, shares and limits on",
                 f"{through['on_jobs_per_s']:,.0f} vs {through['off_jobs_per_s']:,.0f} jobs/s",
                 f"{through['ratio']:.0%} of off (target >= 90%)",
+            )
+        )
+    if "fair_vs_fifo" in only:
+        with fresh_database("fifo") as fifo, fresh_database("fair") as fair:
+            versus = asyncio.run(fairness.fair_claim_against_fifo(fifo, fair))
+        figures.update({f"fair_vs_fifo_{k}": v for k, v in versus.items()})
+        rows.append(
+            (
+                "drain, fair claim against FIFO claim",
+                f"{versus['fair_jobs_per_s']:,.0f} vs {versus['fifo_jobs_per_s']:,.0f} jobs/s",
+                f"{versus['ratio']:.0%} of FIFO",
+            )
+        )
+        rows.append(
+            (
+                f"claim of 50, {versus['queued']:,.0f} queued",
+                f"fair p50 {versus['fair_claim_p50_ms']:.1f} ms, p99 {versus['fair_claim_p99_ms']:.1f} ms",
+                f"FIFO p50 {versus['fifo_claim_p50_ms']:.1f} ms, p99 {versus['fifo_claim_p99_ms']:.1f} ms",
             )
         )
     if "claim_1m" in only:

@@ -2,7 +2,7 @@
 on their own connections claim a batch, hold it for the simulated run time, and complete it.
 
 Sizes come from the environment so that a quick run is possible: BENCH_FLOOD_JOBS (100000),
-BENCH_FAIR_THROUGHPUT_JOBS (20000), BENCH_CLAIM_ROWS (1000000), BENCH_CLAIM_TENANTS (100).
+BENCH_FAIR_B_JOBS (1000), BENCH_FAIR_THROUGHPUT_JOBS (20000), BENCH_CLAIM_ROWS (1000000), BENCH_CLAIM_TENANTS (100).
 """
 
 from __future__ import annotations
@@ -12,12 +12,17 @@ import os
 import random
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
 from benchmarks.harness import median, percentile, plain_insert_params
 from shared.storage import queries
+from shared.storage.sql_loader import load_sql_blocks
+
+# The claim before fair shares and limits, and its index: what the claim that ships is measured against.
+_FIFO = load_sql_blocks("fifo_claim.sql", package="benchmarks")
 
 CLAIMERS = 4
 CLAIM_BATCH = 50
@@ -34,6 +39,8 @@ class Drain:
 
     url: str
     kinds: tuple[str, ...] = ("echo",)
+    claim_sql: str = queries.JOB_CLAIM_BATCH
+    claimers: int = CLAIMERS
     run_seconds: float = 0.0
     batch: int = CLAIM_BATCH
     done: int = 0
@@ -43,7 +50,7 @@ class Drain:
         async with await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row) as conn:
             while not self.stop and (total is None or self.done < total):
                 cur = await conn.execute(
-                    queries.JOB_CLAIM_BATCH,
+                    self.claim_sql,
                     {"worker_id": worker_id, "kinds": list(self.kinds), "limit": self.batch, "lease_seconds": 60},
                 )
                 claimed = await cur.fetchall()
@@ -64,10 +71,10 @@ class Drain:
                 self.done += len(claimed)
 
     async def run(self, total: int | None = None) -> None:
-        await asyncio.gather(*(self.claimer(f"bench-{n}", total) for n in range(CLAIMERS)))
+        await asyncio.gather(*(self.claimer(f"bench-{n}", total) for n in range(self.claimers)))
 
 
-async def insert_plain(conn: psycopg.AsyncConnection, tenant: str, count: int, kind: str = "echo") -> None:
+async def insert_plain(conn: psycopg.AsyncConnection[Any], tenant: str, count: int, kind: str = "echo") -> None:
     for offset in range(0, count, INSERT_BATCH):
         n = min(INSERT_BATCH, count - offset)
         await conn.execute(
@@ -76,30 +83,49 @@ async def insert_plain(conn: psycopg.AsyncConnection, tenant: str, count: int, k
         )
 
 
-async def _trickle_waits(url: str, tenant: str, jobs: int, every_seconds: float) -> list[float]:
-    """Submits `jobs` one at a time at a steady pace; returns each one's wait (claim - created), seconds."""
+async def _trickle_waits(url: str, tenant: str, jobs: int, every_seconds: float) -> dict[str, list[float] | int]:
+    """Submits `jobs` one at a time at a steady pace. Returns each one's wait from the moment its insert was
+    acknowledged to its claim ("acked", what pickup latency measures too), from its insert's own timestamp
+    ("created": adds the insert's commit), and the other tenants' jobs still queued after the last one."""
+    acked: dict[str, float] = {}
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         for _ in range(jobs):
-            await insert_plain(conn, tenant, 1)
+            params = plain_insert_params(tenant, 1)
+            await conn.execute(queries.JOB_INSERT_MANY, params)
+            job_ids = params["job_ids"]
+            assert isinstance(job_ids, list)
+            acked[str(job_ids[0])] = time.time()
             await asyncio.sleep(every_seconds)
+        cur = await conn.execute(
+            "SELECT count(*) FROM jobs WHERE tenant <> %s AND state IN ('pending', 'retry_wait')", (tenant,)
+        )
+        others_left = (await cur.fetchone() or (0,))[0]
         deadline = time.monotonic() + 600
         while True:
             cur = await conn.execute(
-                "SELECT extract(epoch FROM started_at - created_at)::float8 FROM jobs"
+                "SELECT job_id::text, extract(epoch FROM started_at)::float8,"
+                " extract(epoch FROM started_at - created_at)::float8 FROM jobs"
                 " WHERE tenant = %s AND started_at IS NOT NULL",
                 (tenant,),
             )
-            waits = [r[0] for r in await cur.fetchall()]
-            if len(waits) == jobs or time.monotonic() > deadline:
-                return waits
+            rows = await cur.fetchall()
+            if len(rows) == jobs or time.monotonic() > deadline:
+                return {
+                    # The database and this process read the same clock; a claim can beat the answer.
+                    "acked": [max(started - acked[job_id], 0.0) for job_id, started, _ in rows],
+                    "created": [waited for _, _, waited in rows],
+                    "others_left": others_left,
+                }
             await asyncio.sleep(0.05)
 
 
 async def tenant_wait_under_flood(url_solo: str, url_flood: str) -> dict[str, float]:
     """Tenant B's p99 wait while tenant A's flood is queued, against B alone. Claimers hold each batch for
-    5 ms (the handlers' run time), so the flood keeps them busy for the whole measurement."""
+    5 ms (the handlers' run time), so the flood keeps them busy for the whole measurement; B submits one
+    job every 5 ms, so that the flood outlasts B's submissions (`flood_left` says by how much)."""
     flood = env_int("BENCH_FLOOD_JOBS", 100_000)
-    b_jobs, every = 200, 0.01
+    # A thousand waits a side, so that each p99 is the tenth-longest wait, not the second.
+    b_jobs, every = env_int("BENCH_FAIR_B_JOBS", 1000), 0.005
     results: dict[str, float] = {"flood_jobs": flood}
     for label, url in (("solo", url_solo), ("flood", url_flood)):
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
@@ -111,9 +137,18 @@ async def tenant_wait_under_flood(url_solo: str, url_flood: str) -> dict[str, fl
         waits = await _trickle_waits(url, "bench-b", b_jobs, every)
         drain.stop = True
         await workers
-        results[f"b_{label}_p99_ms"] = percentile(waits, 99) * 1000
-        results[f"b_{label}_p50_ms"] = median(waits) * 1000
+        for measure in ("acked", "created"):
+            measured = waits[measure]
+            assert isinstance(measured, list)
+            suffix = "" if measure == "acked" else "_from_created"
+            results[f"b_{label}_p99_ms{suffix}"] = percentile(measured, 99) * 1000
+            results[f"b_{label}_p50_ms{suffix}"] = median(measured) * 1000
+        if label == "flood":
+            results["flood_left"] = float(waits["others_left"])  # type: ignore[arg-type]
     results["ratio"] = results["b_flood_p99_ms"] / max(results["b_solo_p99_ms"], 1e-6)
+    results["ratio_from_created"] = results["b_flood_p99_ms_from_created"] / max(
+        results["b_solo_p99_ms_from_created"], 1e-6
+    )
     return results
 
 
@@ -147,6 +182,41 @@ async def throughput_on_against_off(url_off: str, url_on: str) -> dict[str, floa
         await Drain(url).run(total=jobs // len(tenants) * len(tenants))
         out[f"{label}_jobs_per_s"] = jobs / (time.monotonic() - started)
     out["ratio"] = out["on_jobs_per_s"] / out["off_jobs_per_s"]
+    return out
+
+
+async def fair_claim_against_fifo(url_fifo: str, url_fair: str) -> dict[str, float]:
+    """The claim that ships against the FIFO claim it replaced, each in a database of its own with one
+    tenant's jobs (the FIFO one with its own index): four claimers draining BENCH_FAIR_THROUGHPUT_JOBS,
+    then single claims of 50 with BENCH_FLOOD_JOBS queued and 200 running, rolled back."""
+    jobs, queued = env_int("BENCH_FAIR_THROUGHPUT_JOBS", 20_000), env_int("BENCH_FLOOD_JOBS", 100_000)
+    out: dict[str, float] = {"jobs": jobs, "queued": queued}
+    for label, url, claim_sql in (
+        ("fifo", url_fifo, _FIFO["fifo_claim_batch"]),
+        ("fair", url_fair, queries.JOB_CLAIM_BATCH),
+    ):
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as conn:
+            if label == "fifo":
+                await conn.execute(_FIFO["fifo_index"])
+            await insert_plain(conn, "bench-a", jobs)
+            await conn.execute("ANALYZE jobs")
+            started = time.monotonic()
+            await Drain(url, claim_sql=claim_sql).run(total=jobs)
+            out[f"{label}_jobs_per_s"] = jobs / (time.monotonic() - started)
+            await insert_plain(conn, "bench-a", queued)
+            await conn.execute("VACUUM ANALYZE jobs")
+            params = {"worker_id": "b", "kinds": ["echo"], "limit": CLAIM_BATCH, "lease_seconds": 600}
+            for _ in range(4):  # 200 running, as four claimers would hold
+                await conn.execute(claim_sql, params)
+            times = []
+            for _ in range(50):
+                async with conn.transaction(force_rollback=True):
+                    began = time.perf_counter()
+                    await (await conn.execute(claim_sql, params)).fetchall()
+                    times.append(time.perf_counter() - began)
+            out[f"{label}_claim_p50_ms"] = median(times) * 1000
+            out[f"{label}_claim_p99_ms"] = percentile(times, 99) * 1000
+    out["ratio"] = out["fair_jobs_per_s"] / out["fifo_jobs_per_s"]
     return out
 
 

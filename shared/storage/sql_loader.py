@@ -8,9 +8,10 @@ from importlib import resources
 _NAME_LINE = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
 
 
-def load_sql_blocks(filename: str) -> dict[str, str]:
-    """Maps each block's name to its statement text (without the trailing semicolon)."""
-    text = resources.files("shared.storage").joinpath("sql", filename).read_text(encoding="utf-8")
+def load_sql_blocks(filename: str, package: str = "shared.storage") -> dict[str, str]:
+    """Maps each block's name to its statement text (without the trailing semicolon), from the `sql`
+    folder of `package`."""
+    text = resources.files(package).joinpath("sql", filename).read_text(encoding="utf-8")
     parts = _NAME_LINE.split(text)
     blocks: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
