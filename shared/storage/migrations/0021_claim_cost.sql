@@ -17,9 +17,6 @@ CREATE OR REPLACE FUNCTION jobs_claim_admit(worker_id text, lease_seconds double
                    queued_since timestamptz, claimed_at timestamptz, traceparent text, tracestate text)
     LANGUAGE plpgsql VOLATILE
     SET search_path = public, pg_temp
-    -- Its statements' plans depend on how many candidates come (one to thousands): PostgreSQL chooses per
-    -- call, whatever the caller's setting (jobs_claim forces generic plans for its own statement).
-    SET plan_cache_mode = auto
     AS $$
 DECLARE
     c record;
@@ -260,10 +257,14 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- The whole claim as one function, so that its plan is made once per session instead of at every call:
--- run as a statement of its own, its many parameters made PostgreSQL plan it afresh each time (0.7 ms,
--- more than running it), and a custom plan's estimates on a long backlog could cross the threshold that
--- compiles the query (40 ms). The order and the filters are those of 0017; jobs_claim_admit decides.
+-- The whole claim as one function: the candidate search of 0017, read again past the rows that racing
+-- claimers hold (below), and jobs_claim_admit deciding. Two settings keep its plan from following
+-- statistics that lag the queue (a burst lands between two autoanalyze runs, or a tenant is new):
+-- - sorting is discouraged, so a tenant's candidates are read in order from jobs_runnable_idx and the scan
+--   stops at the batch; estimating a tenant at one row, the planner read the tenant's whole queue through
+--   jobs_tenant_queued_idx and sorted it (5,850 rows for 19 candidates in a work-down), every claim;
+-- - just-in-time compilation is off: estimates on a long backlog could cross its threshold, 40 ms a claim.
+-- The sorts it cannot do without (the fair order over the candidates) are still made.
 CREATE FUNCTION jobs_claim(claim_worker text, claim_kinds text[], claim_limit integer,
                            claim_lease_seconds double precision)
     RETURNS TABLE (job_id uuid, tenant text, kind text, payload bytea, attempts integer, max_attempts integer,
@@ -271,8 +272,7 @@ CREATE FUNCTION jobs_claim(claim_worker text, claim_kinds text[], claim_limit in
                    queued_since timestamptz, claimed_at timestamptz, traceparent text, tracestate text)
     LANGUAGE plpgsql VOLATILE
     SET search_path = public, pg_temp
-    SET plan_cache_mode = force_generic_plan
-    SET enable_seqscan = off
+    SET enable_sort = off
     SET jit = off
     AS $$
 #variable_conflict use_column
