@@ -31,7 +31,7 @@ class CompletionBatcher:
     async def complete(self, completion: Completion, *, deadline: float) -> ReportOutcome:
         """Resolves with the API's verdict; raises ApiUnreachable when it never answered in time."""
         pending = _Pending(completion, deadline, asyncio.get_running_loop().create_future())
-        await self._queue.put(pending)
+        self._queue.put_nowait(pending)  # unbounded: never waits
         return await pending.outcome
 
     async def run(self) -> None:
@@ -40,11 +40,15 @@ class CompletionBatcher:
             batch = [await self._queue.get()]
             window_ends = time.monotonic() + self._flush_seconds
             while len(batch) < self._batch_max:
+                # What is queued already is taken at once; only an empty queue waits, for the window's rest.
+                if not self._queue.empty():
+                    batch.append(self._queue.get_nowait())
+                    continue
                 remaining = window_ends - time.monotonic()
-                if remaining <= 0 and self._queue.empty():
+                if remaining <= 0:
                     break
                 try:
-                    batch.append(await asyncio.wait_for(self._queue.get(), max(remaining, 0)))
+                    batch.append(await asyncio.wait_for(self._queue.get(), remaining))
                 except TimeoutError:
                     break
             await self._flush(batch)

@@ -93,6 +93,7 @@ class StopReason(enum.StrEnum):
 class ActiveJob:
     claimed: ClaimedJob
     context: JobContext
+    lease: LeaseRef
     # Monotonic time by which the lease has surely run out unless a heartbeat extends it: taken after
     # the claim or heartbeat answer that set it, so it is never earlier than the database's expiry.
     lease_deadline: float
@@ -102,10 +103,6 @@ class ActiveJob:
     reporting: bool = False
     log_fields: dict[str, object] = field(default_factory=dict)
     span: AttemptSpan = NO_SPAN
-
-    @property
-    def lease(self) -> LeaseRef:
-        return LeaseRef(self.claimed.job_id, self.claimed.fencing_token)
 
 
 class Worker:
@@ -198,13 +195,14 @@ class Worker:
                 pending.cancel()
             await asyncio.gather(*everything, return_exceptions=True)
             self._executors.close()
-            self._signal(SignalRecord(Signal.STOPPED))
+            self._signal(Signal.STOPPED)
         if self._fatal is not None:
             raise self._fatal
 
-    def _signal(self, record: SignalRecord) -> None:
+    def _signal(self, signal: Signal, job_id: str = "", report: str = "", detail: str = "") -> None:
+        """Made into a record only when a test listens: most replicas never do, and it is per job."""
         if self._signals is not None:
-            self._signals.emit(record)
+            self._signals.emit(SignalRecord(signal, job_id, report, detail))
 
     def _stop_notified(self, job_id: str) -> None:
         """A held job was cancelled or superseded: ask the API now rather than at the next heartbeat."""
@@ -230,6 +228,8 @@ class Worker:
                 claimed = await self._claim(limit)
                 for job in claimed:
                     self._start(job)
+                if claimed:
+                    self._metrics.in_flight.set(len(self._active))
                 if claimed and len(claimed) == limit:
                     continue  # there may be more waiting
             if stop.is_set():
@@ -261,7 +261,10 @@ class Worker:
                 if claimed:
                     # In the claim's transaction: one statement per batch, for the stages handlers skip.
                     done = await checkpoint_store.for_jobs(conn, [job.job_id for job in claimed])
-                    claimed = [replace(job, checkpoints=done.get(job.job_id, ())) for job in claimed]
+                    if done:
+                        claimed = [
+                            replace(job, checkpoints=done[job.job_id]) if job.job_id in done else job for job in claimed
+                        ]
         except JobsError as exc:
             log.warning("claim failed: %s", exc.message)
             return []
@@ -269,6 +272,7 @@ class Worker:
         return claimed
 
     def _start(self, job: ClaimedJob) -> None:
+        lease = LeaseRef(job.job_id, job.fencing_token)
         context = JobContext(
             job_id=job.job_id,
             tenant=job.tenant,
@@ -277,21 +281,18 @@ class Worker:
             attempt=job.attempt,
             max_attempts=job.max_attempts,
             fencing_token=job.fencing_token,
-            receipt_book=DatabaseReceiptBook(self._db, LeaseRef(job.job_id, job.fencing_token)),
+            receipt_book=DatabaseReceiptBook(self._db, lease),
             checkpoints={checkpoint.stage: checkpoint for checkpoint in job.checkpoints},
-            checkpoint_book=ApiCheckpointBook(
-                self._api, LeaseRef(job.job_id, job.fencing_token), report_seconds=self._settings.lease_seconds
-            ),
-            progress_sink=self._progress.sink(LeaseRef(job.job_id, job.fencing_token)),
-            dependency_source=ApiDependencyResults(
-                self._api, LeaseRef(job.job_id, job.fencing_token), self._report_deadline
-            ),
+            checkpoint_book=ApiCheckpointBook(self._api, lease, report_seconds=self._settings.lease_seconds),
+            progress_sink=self._progress.sink(lease),
+            dependency_source=ApiDependencyResults(self._api, lease, self._report_deadline),
             traceparent=job.trace_context.traceparent if job.trace_context else None,
             tracestate=job.trace_context.tracestate if job.trace_context else None,
         )
         active = ActiveJob(
             claimed=job,
             context=context,
+            lease=lease,
             lease_deadline=time.monotonic() + self._settings.lease_seconds,
             log_fields={
                 "job_id": job.job_id,
@@ -303,11 +304,10 @@ class Worker:
         )
         self._active[job.job_id] = active
         self._new_lease.set()
-        self._metrics.in_flight.set(len(self._active))
         self._metrics.count_claim(job.tenant, job.kind, job.attempt)
         self._metrics.observe_queue_wait(job.kind, max((job.claimed_at - job.queued_since).total_seconds(), 0.0))
         log.debug("claimed", extra=active.log_fields)
-        self._signal(SignalRecord(Signal.CLAIMED, job.job_id))
+        self._signal(Signal.CLAIMED, job.job_id)
         active.task = asyncio.create_task(self._run(active), name=f"job-{job.job_id}")
 
     async def _run(self, active: ActiveJob) -> None:
@@ -395,7 +395,7 @@ class Worker:
             self._unreported(active, exc)
             return
         self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[outcome])
-        self._signal(SignalRecord(Signal.REPORTED, job.job_id, "completed", outcome.value))
+        self._signal(Signal.REPORTED, job.job_id, "completed", outcome.value)
         if outcome is ReportOutcome.ACCEPTED:
             log.info("job succeeded", extra={**active.log_fields, "state": "succeeded"})
         else:
@@ -408,7 +408,7 @@ class Worker:
         except ApiUnreachable as exc:
             self._unreported(active, exc)
             return
-        self._signal(SignalRecord(Signal.REPORTED, job.job_id, "failed", outcome.value))
+        self._signal(Signal.REPORTED, job.job_id, "failed", outcome.value)
         if isinstance(outcome, ReportOutcome):
             self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[outcome])
             self._refused(active, outcome)
@@ -447,7 +447,7 @@ class Worker:
             except ApiUnreachable as exc:
                 self._unreported(active, exc)
                 return
-            self._signal(SignalRecord(Signal.REPORTED, job.job_id, "released", state.value))
+            self._signal(Signal.REPORTED, job.job_id, "released", state.value)
             label = "released" if not isinstance(state, ReportOutcome) else _REFUSAL_LABELS[state]
             self._metrics.count_outcome(job.tenant, job.kind, label)
             log.info("released at shutdown", extra=active.log_fields)
@@ -470,7 +470,7 @@ class Worker:
     def _unreported(self, active: ActiveJob, exc: Exception) -> None:
         job = active.claimed
         self._metrics.count_outcome(job.tenant, job.kind, "unreported")
-        self._signal(SignalRecord(Signal.UNREPORTED, job.job_id, detail=str(exc)))
+        self._signal(Signal.UNREPORTED, job.job_id, detail=str(exc))
         log.warning("could not report (%s); the lease will expire and the job run again", exc, extra=active.log_fields)
 
     def _stop(self, active: ActiveJob, reason: StopReason) -> None:

@@ -144,10 +144,11 @@ class StopSignal:
     thread poll `is_set()` or call `wait_blocking(timeout)`. Set only from the worker's event loop."""
 
     def __init__(self) -> None:
-        self._loop_event = asyncio.Event()
         self._stopped = False
-        # Made by the first wait_blocking only: most attempts never block on it, and a threading.Event
-        # (a Condition and its lock) per job was a twelfth of an echo job's worker time.
+        # Each event is made by the first wait of its kind only: most attempts never wait on either, and
+        # a threading.Event (a Condition and its lock) per job was a twelfth of an echo job's worker time,
+        # an asyncio.Event a thirtieth.
+        self._loop_event: asyncio.Event | None = None
         self._thread_event: threading.Event | None = None
 
     def set(self) -> None:
@@ -155,12 +156,18 @@ class StopSignal:
         with _THREAD_EVENT_LOCK:
             if self._thread_event is not None:
                 self._thread_event.set()
-        self._loop_event.set()
+        if self._loop_event is not None:
+            self._loop_event.set()
 
     def is_set(self) -> bool:
         return self._stopped
 
     async def wait(self) -> bool:
+        # set() and wait() both run on the worker's event loop, so nothing can slip between these lines.
+        if self._loop_event is None:
+            self._loop_event = asyncio.Event()
+            if self._stopped:
+                self._loop_event.set()
         return await self._loop_event.wait()
 
     def wait_blocking(self, timeout: float | None = None) -> bool:
