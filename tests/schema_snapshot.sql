@@ -72,7 +72,9 @@ CREATE FUNCTION public.jobs_changed_batch_size() RETURNS integer
 CREATE FUNCTION public.jobs_claim(claim_worker text, claim_kinds text[], claim_limit integer, claim_lease_seconds double precision) RETURNS TABLE(job_id uuid, tenant text, kind text, payload bytea, attempts integer, max_attempts integer, fencing_token bigint, lease_expires_at timestamp with time zone, created_at timestamp with time zone, queued_since timestamp with time zone, claimed_at timestamp with time zone, traceparent text, tracestate text)
     LANGUAGE plpgsql
     SET search_path TO 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     SET enable_sort TO 'off'
+    SET enable_seqscan TO 'off'
     SET jit TO 'off'
     AS $$
 #variable_conflict use_column
@@ -187,6 +189,7 @@ $$;
 CREATE FUNCTION public.jobs_claim_admit(worker_id text, lease_seconds double precision, max_jobs integer, candidate_ids uuid[]) RETURNS TABLE(job_id uuid, tenant text, kind text, payload bytea, attempts integer, max_attempts integer, fencing_token bigint, lease_expires_at timestamp with time zone, created_at timestamp with time zone, queued_since timestamp with time zone, claimed_at timestamp with time zone, traceparent text, tracestate text)
     LANGUAGE plpgsql
     SET search_path TO 'public', 'pg_temp'
+    SET plan_cache_mode TO 'auto'
     AS $$
 DECLARE
     c record;

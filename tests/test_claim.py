@@ -157,6 +157,40 @@ async def test_the_claim_uses_the_runnable_index(db, sync_db, database_url):
     sync_db.execute("ANALYZE jobs")
 
     # The claim runs inside jobs_claim, whose plans only auto_explain's nested statements show.
+    with psycopg.connect(database_url) as conn:
+        plans = _nested_plans(conn)
+        claimed = _claim(conn, limit=10)
+        conn.rollback()
+
+    assert len(claimed) == 10
+    assert "jobs_runnable_idx" in _index_names(plans), json.dumps(plans, indent=1)
+
+
+async def test_a_claim_planned_on_an_empty_queue_still_reads_only_a_batch_of_a_long_one(db, database_url):
+    # The claim's plan is made once per session: here while the queue is empty, then a burst lands with
+    # no ANALYZE between, as between two autoanalyze runs.
+    with psycopg.connect(database_url) as conn:
+        _claim(conn, limit=10)
+        conn.rollback()
+        await factories.insert_jobs(db, 5000)
+
+        plans = _nested_plans(conn)
+        claimed = _claim(conn, limit=10)
+        conn.rollback()
+
+    assert len(claimed) == 10
+    assert "jobs_tenant_queued_idx" not in _index_names(plans), json.dumps(plans, indent=1)
+    assert _most_rows_read(plans) <= 100, json.dumps(plans, indent=1)
+
+
+def _claim(conn: psycopg.Connection, *, limit: int) -> list[tuple]:
+    return conn.execute(
+        queries.JOB_CLAIM_BATCH, {"worker_id": "w", "kinds": ["echo"], "limit": limit, "lease_seconds": 30}
+    ).fetchall()
+
+
+def _nested_plans(conn: psycopg.Connection) -> list[object]:
+    """From now on, the plan of every statement the connection runs, nested ones included."""
     plans: list[object] = []
 
     def keep_plan(notice: psycopg.errors.Diagnostic) -> None:
@@ -164,23 +198,28 @@ async def test_the_claim_uses_the_runnable_index(db, sync_db, database_url):
         if marker:
             plans.append(json.loads(plan))
 
-    with psycopg.connect(database_url) as conn:
-        conn.add_notice_handler(keep_plan)
-        for setting in (
-            "LOAD 'auto_explain'",
-            "SET auto_explain.log_min_duration = 0",
-            "SET auto_explain.log_nested_statements = on",
-            "SET auto_explain.log_format = json",
-            "SET auto_explain.log_level = notice",
-        ):
-            conn.execute(setting)
-        claimed = conn.execute(
-            queries.JOB_CLAIM_BATCH, {"worker_id": "w", "kinds": ["echo"], "limit": 10, "lease_seconds": 30}
-        ).fetchall()
-        conn.rollback()
+    conn.add_notice_handler(keep_plan)
+    for setting in (
+        "LOAD 'auto_explain'",
+        "SET auto_explain.log_min_duration = 0",
+        "SET auto_explain.log_nested_statements = on",
+        "SET auto_explain.log_analyze = on",
+        "SET auto_explain.log_timing = off",
+        "SET auto_explain.log_format = json",
+        "SET auto_explain.log_level = notice",
+    ):
+        conn.execute(setting)
+    return plans
 
-    assert len(claimed) == 10
-    assert "jobs_runnable_idx" in _index_names(plans), json.dumps(plans, indent=1)
+
+def _most_rows_read(plan: object) -> int:
+    """The most rows any one scan of `jobs` produced, over all its loops."""
+    if isinstance(plan, dict):
+        own = plan.get("Actual Rows", 0) * plan.get("Actual Loops", 1) if plan.get("Relation Name") == "jobs" else 0
+        return max([own, *(_most_rows_read(value) for value in plan.values())])
+    if isinstance(plan, list):
+        return max([0, *(_most_rows_read(item) for item in plan)])
+    return 0
 
 
 def _index_names(plan: object) -> set[str]:
