@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
 from api_service.usecases.group_commit import GroupCommitter, each_alone
 from api_service.usecases.submission import SubmissionService
-from shared.domain.errors import AlreadyExists, InvalidArgument
+from shared.domain.errors import AlreadyExists, InvalidArgument, JobsError
 from shared.domain.ids import TenantId
 from shared.domain.submission_rules import SubmissionLimits
 from shared.storage.database import Connection, Database
@@ -140,3 +140,54 @@ async def test_a_submission_queued_as_the_last_flusher_stops_is_still_committed(
     async with asyncio.timeout(10):
         assert await first == "first"
         assert await asyncio.shield(late) == "late", "the late submission was left in the queue"
+
+
+class _OpenTransactions:
+    """Work that holds its transaction for a database round trip and records how many were open at once."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.most_open = 0
+        self.transactions = 0
+
+    async def __call__(self, conn: Connection, items: Sequence[int]) -> list[int | JobsError]:
+        self.open += 1
+        self.transactions += 1
+        self.most_open = max(self.most_open, self.open)
+        try:
+            await conn.execute("SELECT pg_sleep(0.005)")
+            return list(items)
+        finally:
+            self.open -= 1
+
+
+async def _callers_in_turn(committer: GroupCommitter, callers: int, rounds: int) -> None:
+    async def caller(number: int) -> None:
+        for turn in range(rounds):
+            # Callers' requests arrive spread out, not all in one turn of the loop; how much does not
+            # matter to what is asserted.
+            await asyncio.sleep(0.0005 * (number % 8))
+            assert await committer.run(number * rounds + turn) == number * rounds + turn
+
+    await asyncio.gather(*(caller(n) for n in range(callers)))
+
+
+async def test_callers_that_submit_again_as_soon_as_answered_share_one_transaction_at_a_time(db):
+    # Each caller waits for its answer before its next submission, as an RPC client does: a flusher
+    # started per arrival kept several one-item transactions going instead of one growing batch.
+    work = _OpenTransactions()
+    committer: GroupCommitter = GroupCommitter(db, work, batch_max=256, flushers=4)
+
+    await _callers_in_turn(committer, callers=16, rounds=5)
+
+    assert work.most_open == 1
+    assert work.transactions <= 16 * 5 / 4
+
+
+async def test_more_flushers_start_when_a_whole_batch_is_waiting(db):
+    work = _OpenTransactions()
+    committer: GroupCommitter = GroupCommitter(db, work, batch_max=2, flushers=4)
+
+    await _callers_in_turn(committer, callers=16, rounds=3)
+
+    assert work.most_open > 1

@@ -54,7 +54,11 @@ class GroupCommitter(Generic[K, T]):
         """Returns once the transaction that carried `request` committed, or raises its refusal."""
         item: _Item[K, T] = _Item(request, asyncio.get_running_loop().create_future())
         self._pending.append(item)
-        if self._draining < self._flushers_max:
+        # One flusher while it keeps up: what arrives during its transaction rides in the next one, so
+        # batches grow with the load. Another starts only when a whole batch is already waiting. (A
+        # flusher per arrival, up to the maximum, kept four transactions of one submission each going:
+        # 1.04 jobs per COMMIT from 64 callers, and the API's CPU spent on transactions, not jobs.)
+        if self._draining == 0 or (self._draining < self._flushers_max and len(self._pending) >= self._batch_max):
             self._draining += 1
             # Detached from the caller: a caller that goes away must not abort the others' transaction.
             # A fresh context too: the first caller's deadline (database.call_deadline) must not bound the
