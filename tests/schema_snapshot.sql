@@ -202,6 +202,8 @@ DECLARE
     max_of jsonb := '{}';
     tokens_of jsonb := '{}';
     admitted uuid[] := '{}';
+    -- Per key a candidate bounds itself, the smallest such bound.
+    own_bound_of jsonb;
     fits boolean;
     n integer;
     at timestamptz;
@@ -232,8 +234,13 @@ BEGIN
                   WHERE (l.max_running > 0 OR l.rate_per_second > 0) AND l.key IN (SELECT ck.key FROM carried AS ck)
                   UNION
                   SELECT o.key FROM cand AS cd, unnest(cd.limit_keys, cd.limit_key_bounds) AS o(key, bound)
-                  WHERE o.bound > 0) AS b)
-    INTO kind_keys, bounded;
+                  WHERE o.bound > 0) AS b),
+           (SELECT coalesce(jsonb_object_agg(m.key, m.bound), '{}')
+            FROM (SELECT o.key, min(o.bound) AS bound
+                  FROM cand AS cd, unnest(cd.limit_keys, cd.limit_key_bounds) AS o(key, bound)
+                  WHERE o.bound > 0
+                  GROUP BY o.key) AS m)
+    INTO kind_keys, bounded, own_bound_of;
 
     IF cardinality(bounded) = 0 THEN
         -- Nothing bounds these candidates: every one still runnable fits, so one statement locks them in
@@ -296,33 +303,65 @@ BEGIN
     END LOOP;
 
     -- When no bound could be reached by a whole batch (the usual case of a limit that is far from full),
-    -- any runnable candidates fit: they are locked in one statement, as when nothing bounds them, and
-    -- the tokens they take are counted afterwards. Otherwise each is decided in turn below.
+    -- any runnable candidates fit: one statement locks them, as when nothing bounds them, claims them and
+    -- takes the tokens they use. Otherwise each is decided in turn below.
     IF NOT EXISTS (SELECT 1 FROM unnest(bounded) AS b(key)
                    WHERE (max_of ? b.key
                           AND coalesce((running ->> b.key)::integer, 0) + max_jobs > (max_of ->> b.key)::integer)
-                      OR (tokens_of ? b.key AND max_jobs > (tokens_of ->> b.key)::integer))
-       AND NOT EXISTS (SELECT 1 FROM jobs AS j, unnest(j.limit_keys, j.limit_key_bounds) AS o(key, bound)
-                       WHERE j.job_id = ANY (candidate_ids) AND o.bound > 0
-                         AND coalesce((running ->> o.key)::integer, 0) + max_jobs > o.bound) THEN
-        SELECT coalesce(array_agg(x.job_id ORDER BY x.ord), '{}') INTO admitted
-        FROM (SELECT j.job_id, u.ord
-              FROM unnest(candidate_ids) WITH ORDINALITY AS u(job_id, ord)
-              JOIN jobs AS j ON j.job_id = u.job_id
-              WHERE j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
-                AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
-              ORDER BY u.ord
-              LIMIT max_jobs
-              FOR UPDATE OF j SKIP LOCKED) AS x;
-        SELECT coalesce(jsonb_object_agg(t.key, t.n), '{}') INTO used
-        FROM (SELECT ck.key, count(*) AS n
-              FROM jobs_claim_candidates(admitted, kind_keys) AS cc, unnest(cc.keys) AS ck(key)
-              WHERE ck.key = ANY (bounded)
-              GROUP BY ck.key) AS t;
+                      OR (tokens_of ? b.key AND max_jobs > (tokens_of ->> b.key)::integer)
+                      OR (own_bound_of ? b.key
+                          AND coalesce((running ->> b.key)::integer, 0) + max_jobs > (own_bound_of ->> b.key)::integer))
+    THEN
+        RETURN QUERY
+        WITH admitted_rows AS (
+            SELECT j.job_id
+            FROM unnest(candidate_ids) WITH ORDINALITY AS u(job_id, ord)
+            JOIN jobs AS j ON j.job_id = u.job_id
+            WHERE j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
+              AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+            ORDER BY u.ord
+            LIMIT max_jobs
+            FOR UPDATE OF j SKIP LOCKED
+        ), claimed AS (
+            UPDATE jobs AS j
+            SET state = 'running',
+                attempts = j.attempts + 1,
+                fencing_token = j.fencing_token + 1,
+                lease_owner = worker_id,
+                lease_expires_at = clock_timestamp() + make_interval(secs => lease_seconds),
+                started_at = clock_timestamp(),
+                running_keys = jobs_effective_keys(j.tenant, j.kind, CASE WHEN kind_keys ? j.kind
+                                                                    THEN jobs_declared_keys(kind_keys, j.kind) END,
+                                               j.limit_keys),
+                transition_actor = 'worker:' || worker_id,
+                transition_reason = 'claimed'
+            FROM admitted_rows AS a
+            WHERE j.job_id = a.job_id
+            RETURNING j.job_id, j.tenant, j.kind, j.payload, j.attempts, j.max_attempts, j.fencing_token,
+                      j.lease_expires_at, j.created_at, greatest(j.run_after, j.created_at) AS queued_since,
+                      j.started_at, j.traceparent, j.tracestate, j.running_keys
+        ), taken AS (
+            SELECT rk.key, count(*) AS n
+            FROM claimed AS cl, unnest(cl.running_keys) AS rk(key)
+            WHERE rk.key = ANY (bounded)
+            GROUP BY rk.key
+        ), charged AS (
+            -- Tokens taken from each rate-limited key, by the clock the room was computed with.
+            INSERT INTO job_key_state AS s (key, tokens, refilled_at)
+            SELECT l.key, jobs_bucket_tokens(l.rate_per_second, l.burst, s0.tokens, s0.refilled_at, at) - t.n, at
+            FROM taken AS t
+            JOIN job_limits AS l ON l.key = t.key
+            LEFT JOIN job_key_state AS s0 ON s0.key = l.key
+            WHERE l.rate_per_second > 0
+            ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+        )
+        SELECT cl.job_id, cl.tenant, cl.kind, cl.payload, cl.attempts, cl.max_attempts, cl.fencing_token,
+               cl.lease_expires_at, cl.created_at, cl.queued_since, cl.started_at, cl.traceparent, cl.tracestate
+        FROM claimed AS cl;
+        RETURN;
     END IF;
 
-    FOR c IN SELECT * FROM jobs_claim_candidates(candidate_ids, kind_keys) AS cc
-             WHERE cardinality(admitted) = 0 ORDER BY cc.ord LOOP
+    FOR c IN SELECT * FROM jobs_claim_candidates(candidate_ids, kind_keys) AS cc ORDER BY cc.ord LOOP
         EXIT WHEN cardinality(admitted) >= max_jobs;
         fits := true;
         FOREACH k IN ARRAY c.keys LOOP

@@ -126,6 +126,16 @@ async def test_a_rate_limit_starts_a_burst_then_waits_for_tokens(db, sync_db):
     assert len(await factories.claim(db, limit=10)) == 3
 
 
+async def test_claims_far_from_a_rate_limit_take_one_token_per_job_as_claims_near_it_do(db, sync_db):
+    # A batch that cannot empty the bucket is admitted in one statement; one that could is decided job
+    # by job. Both take what they claim from the same bucket.
+    await factories.insert_jobs(db, 40)
+    factories.set_limit(sync_db, "kind:echo", rate_per_second=0.001, burst=25)
+
+    assert [len(await factories.claim(db, limit=10)) for _ in range(4)] == [10, 10, 5, 0]
+    assert sync_db.one("SELECT floor(tokens) AS left FROM job_key_state WHERE key = 'kind:echo'")["left"] == 0
+
+
 async def test_a_held_key_waits_until_its_time_for_every_job_that_carries_it(db, sync_db):
     held = await factories.insert_jobs(db, 3, tenant=A)
     await factories.insert_jobs(db, 2, tenant=B, kind="sleep")
