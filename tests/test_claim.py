@@ -6,6 +6,7 @@ import asyncio
 import json
 import random
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -183,13 +184,43 @@ async def test_a_claim_planned_on_an_empty_queue_still_reads_only_a_batch_of_a_l
     assert _most_rows_read(plans) <= 100, json.dumps(plans, indent=1)
 
 
-def _claim(conn: psycopg.Connection, *, limit: int) -> list[tuple]:
+async def test_claims_and_completions_find_their_rows_by_key_on_statistics_of_a_quiet_queue(db, sync_db, database_url):
+    # Statistics taken while nothing was queued or running (a quiet night's VACUUM ANALYZE), then a burst:
+    # a plan trusting them reads every runnable or running row for each job it claims or completes.
+    sync_db.execute(
+        "INSERT INTO jobs (tenant, kind, state, payload, max_attempts, retry_budget, finished_at)"
+        " SELECT 'tenant-a', 'echo', 'succeeded', '', 3, 3, clock_timestamp() FROM generate_series(1, 50000)"
+    )
+    sync_db.execute("VACUUM ANALYZE jobs")
+    await factories.insert_jobs(db, 3000)
+    running = await factories.claim(db, limit=1000)
+
+    with psycopg.connect(database_url, row_factory=dict_row) as conn:
+        plans = _nested_plans(conn)
+        claimed = _claim(conn, limit=200)
+        completion = conn.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + queries.JOB_COMPLETE_BATCH,
+            {
+                "job_ids": [job.job_id for job in running[:200]],
+                "fencing_tokens": [job.fencing_token for job in running[:200]],
+                "results": [b""] * 200,
+                "worker_id": "w",
+            },
+        ).fetchone()
+        conn.rollback()
+
+    assert len(claimed) == 200
+    assert _most_rows_read(plans) <= 4 * 200, json.dumps(plans, indent=1)
+    assert _most_rows_read(completion["QUERY PLAN"]) <= 200, json.dumps(completion, indent=1)
+
+
+def _claim(conn: psycopg.Connection[Any], *, limit: int) -> list[Any]:
     return conn.execute(
         queries.JOB_CLAIM_BATCH, {"worker_id": "w", "kinds": ["echo"], "limit": limit, "lease_seconds": 30}
     ).fetchall()
 
 
-def _nested_plans(conn: psycopg.Connection) -> list[object]:
+def _nested_plans(conn: psycopg.Connection[Any]) -> list[object]:
     """From now on, the plan of every statement the connection runs, nested ones included."""
     plans: list[object] = []
 

@@ -19,6 +19,7 @@ CREATE OR REPLACE FUNCTION jobs_claim_admit(worker_id text, lease_seconds double
     SET search_path = public, pg_temp
     -- Planned per call, not with the caller's generic plans: its batches range from one row to thousands.
     SET plan_cache_mode = auto
+    SET enable_seqscan = off
     AS $$
 DECLARE
     c record;
@@ -40,6 +41,10 @@ BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'jobs_claim_admit counts running jobs with a snapshot per statement: READ COMMITTED only';
     END IF;
+    -- Candidates are found by their key only. Their state is compared as text (`state::text IN (...)`),
+    -- which no partial index's predicate matches: on statistics taken while the queue was empty (after a
+    -- quiet night's VACUUM ANALYZE) the planner otherwise read every runnable row, through
+    -- jobs_runnable_idx, for each candidate. With sequential scans off there is no other way but the key.
     -- One read of the candidates: the keys their kinds declare (read once, so the keys checked are the
     -- keys the claimed row records), and the keys that bound a start among all they carry: an operator's
     -- limit in force, or a submission's own bound.
@@ -79,7 +84,7 @@ BEGIN
             SELECT j.job_id
             FROM unnest(candidate_ids) WITH ORDINALITY AS u(job_id, ord)
             JOIN jobs AS j ON j.job_id = u.job_id
-            WHERE j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
+            WHERE j.state::text IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
               AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
             ORDER BY u.ord
             LIMIT max_jobs
@@ -146,7 +151,7 @@ BEGIN
             SELECT j.job_id
             FROM unnest(candidate_ids) WITH ORDINALITY AS u(job_id, ord)
             JOIN jobs AS j ON j.job_id = u.job_id
-            WHERE j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
+            WHERE j.state::text IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
               AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
             ORDER BY u.ord
             LIMIT max_jobs
@@ -206,7 +211,7 @@ BEGIN
         END LOOP;
         CONTINUE WHEN NOT fits;
         PERFORM 1 FROM jobs AS j
-        WHERE j.job_id = c.job_id AND j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
+        WHERE j.job_id = c.job_id AND j.state::text IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
           AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
         FOR UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;

@@ -12,7 +12,8 @@ WITH reported AS (
     SELECT j.job_id, j.tenant, j.attempts, j.fencing_token, r.fraction, r.message
     FROM jobs AS j
     JOIN reported AS r ON j.job_id = r.job_id AND j.fencing_token = r.fencing_token
-    WHERE j.state = 'running'
+    -- As text, so no partial index matches: rows are found by their key (see job_complete_batch).
+    WHERE j.state::text = 'running'
     ORDER BY j.job_id
     FOR SHARE OF j
 ), written AS (
