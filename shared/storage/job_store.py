@@ -13,7 +13,7 @@ from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from shared.domain.ids import FencingToken, JobId, TenantId
+from shared.domain.ids import FencingToken, JobId, TenantId, new_job_ids
 from shared.domain.jobs import (
     ErrorCategory,
     Job,
@@ -124,8 +124,8 @@ class PlainInsert:
 
 
 async def insert_many(conn: Connection, tenant: TenantId, actor: str, items: Sequence[PlainInsert]) -> list[Job]:
-    """One statement for the lot; jobs come back in input order (ids are chosen here, at random)."""
-    job_ids = [uuid.uuid4() for _ in items]
+    """One statement for the lot; jobs come back in input order (ids are chosen here, time-ordered)."""
+    job_ids = new_job_ids(len(items))
     cur = await conn.execute(queries.JOB_INSERT_MANY, _insert_many_params(tenant, actor, job_ids, items))
     by_id = {row["job_id"]: job_from_row(row) for row in await cur.fetchall()}
     return [by_id[job_id] for job_id in job_ids]
@@ -133,7 +133,7 @@ async def insert_many(conn: Connection, tenant: TenantId, actor: str, items: Seq
 
 async def insert_many_ids(conn: Connection, tenant: TenantId, actor: str, items: Sequence[PlainInsert]) -> list[JobId]:
     """As insert_many, answering only the ids (in input order): no row is read back or decoded."""
-    job_ids = [uuid.uuid4() for _ in items]
+    job_ids = new_job_ids(len(items))
     cur = await conn.execute(queries.JOB_INSERT_MANY_IDS, _insert_many_params(tenant, actor, job_ids, items))
     if cur.rowcount != len(items):
         raise RuntimeError(f"{len(items)} jobs to insert but {cur.rowcount} inserted")
