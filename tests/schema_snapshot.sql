@@ -478,6 +478,18 @@ CREATE FUNCTION public.jobs_hold_key(hold_key text, hold_until timestamp with ti
         RETURNING held_until
     $$;
 
+CREATE FUNCTION public.jobs_new_job_id() RETURNS uuid
+    LANGUAGE sql
+    AS $$
+        SELECT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+                                              PLACING substring(int8send(floor(extract(epoch FROM clock_timestamp())
+                                                                              * 1000)::bigint) FROM 3)
+                                              FROM 1 FOR 6),
+                                      52, 1),
+                              53, 1),
+                      'hex')::uuid
+    $$;
+
 CREATE FUNCTION public.jobs_next_state_after_failure(category public.error_category, cancel_requested boolean, attempts integer, max_attempts integer, deadline timestamp with time zone, retry_at timestamp with time zone, waiting_state public.job_state) RETURNS TABLE(next_state public.job_state, cause public.failure_cause)
     LANGUAGE sql IMMUTABLE ROWS 1 PARALLEL SAFE
     AS $$
@@ -837,7 +849,7 @@ CREATE TABLE public.job_results (
 );
 
 CREATE TABLE public.jobs (
-    job_id uuid DEFAULT gen_random_uuid() NOT NULL,
+    job_id uuid DEFAULT public.jobs_new_job_id() NOT NULL,
     tenant text NOT NULL,
     kind text NOT NULL,
     state public.job_state NOT NULL,

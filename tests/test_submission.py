@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -274,3 +275,14 @@ async def test_dependencies_are_checked_on_every_path_a_submission_takes(db, ser
     assert [v.field for v in raised.value.violations] == ["jobs[1].depends_on[0]"]
 
     assert sync_db.snapshot() == before
+
+
+async def test_job_ids_are_time_ordered_uuids_whichever_path_made_them(service):
+    # A plain submission gets its id from the API, a keyed one from the database's default.
+    plain = await service.submit(TENANT, ACTOR, factories.new_job())
+    keyed = await service.submit(TENANT, ACTOR, factories.new_job(idempotency_key="time-ordered"))
+
+    ids = [uuid.UUID(outcome.job.job_id) for outcome in (plain, keyed)]
+    assert [job_id.version for job_id in ids] == [7, 7]
+    # Both begin with the same clock, to the minute.
+    assert abs((ids[0].int >> 80) - (ids[1].int >> 80)) < 60_000
