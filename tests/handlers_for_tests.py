@@ -94,7 +94,7 @@ async def charge(ctx: JobContext) -> bytes:
         await ctx.record_intent("charge", b"reconcile")
         await ctx.confirm("charge", b"found existing charge " + earlier[0].intent)
         return b"reconciled:" + earlier[0].intent
-    await ctx.record_intent("charge", b"ch_" + ctx.job_id[:8].encode())
+    await ctx.record_intent("charge", b"ch_" + ctx.job_id[-12:].encode())
     os._exit(18)
 
 

@@ -31,7 +31,9 @@ def template_environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=when, ago=ago, seconds=seconds_text, preview=preview_text, count=count_text)
+    env.filters.update(
+        when=when, ago=ago, seconds=seconds_text, preview=preview_text, count=count_text, short_id=short_job_id
+    )
     env.globals.update(state_names=[s.value for s in JobState])
     return env
 
@@ -123,3 +125,9 @@ class QueueChart:
             "running": points([s.running for s in samples]),
             "top": str(top),
         }
+
+
+def short_job_id(job_id: str) -> str:
+    """A job id short enough for a table: its last eight hex digits, which are random. The first ones
+    are the creation time (version 7 ids), the same for every job made in the same minute."""
+    return "…" + job_id[-8:]
