@@ -247,20 +247,88 @@ BEGIN
                   GROUP BY o.key) AS m)
     INTO kind_keys, bounded, own_bound_of;
 
-    IF cardinality(bounded) = 0 THEN
-        -- Nothing bounds these candidates: every one still runnable fits, so one statement locks them in
-        -- their fair order, skipping the rows other claimers hold, and claims them.
-        RETURN QUERY
-        WITH admitted_rows AS (
-            SELECT j.job_id
-            FROM unnest(candidate_ids) WITH ORDINALITY AS u(job_id, ord)
-            JOIN jobs AS j ON j.job_id = u.job_id
-            WHERE j.state::text IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
-              AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
-            ORDER BY u.ord
-            LIMIT max_jobs
-            FOR UPDATE OF j SKIP LOCKED
-        )
+    IF cardinality(bounded) > 0 THEN
+        FOR k IN SELECT b.key FROM unnest(bounded) AS b(key) ORDER BY hashtext(b.key), b.key LOOP
+            PERFORM pg_advisory_xact_lock(18, hashtext(k));
+        END LOOP;
+
+        -- Counted after the locks, in this statement's own snapshot.
+        SELECT coalesce(jsonb_object_agg(r.key, r.n), '{}') INTO running
+        FROM (SELECT rk AS key, count(*) AS n
+              FROM jobs AS j, unnest(j.running_keys) AS rk
+              WHERE j.state = 'running' AND rk = ANY (bounded)
+              GROUP BY rk) AS r;
+
+        at := clock_timestamp();
+        FOR limit_row IN
+            SELECT l.key, l.max_running, l.rate_per_second, l.burst, s.tokens, s.refilled_at
+            FROM job_limits AS l LEFT JOIN job_key_state AS s ON s.key = l.key
+            WHERE l.key = ANY (bounded)
+        LOOP
+            IF limit_row.max_running > 0 THEN
+                max_of := max_of || jsonb_build_object(limit_row.key, limit_row.max_running);
+            END IF;
+            IF limit_row.rate_per_second > 0 THEN
+                tokens_of := tokens_of || jsonb_build_object(limit_row.key, floor(jobs_bucket_tokens(
+                    limit_row.rate_per_second, limit_row.burst, limit_row.tokens, limit_row.refilled_at, at)));
+            END IF;
+        END LOOP;
+
+        -- When some bound could be reached within one batch, each candidate is decided in turn; otherwise
+        -- (the usual case of a limit that is far from full) any runnable candidates fit, as when nothing
+        -- bounds them.
+        IF EXISTS (SELECT 1 FROM unnest(bounded) AS b(key)
+                   WHERE (max_of ? b.key
+                          AND coalesce((running ->> b.key)::integer, 0) + max_jobs > (max_of ->> b.key)::integer)
+                      OR (tokens_of ? b.key AND max_jobs > (tokens_of ->> b.key)::integer)
+                      OR (own_bound_of ? b.key
+                          AND coalesce((running ->> b.key)::integer, 0) + max_jobs > (own_bound_of ->> b.key)::integer))
+        THEN
+            FOR c IN SELECT * FROM jobs_claim_candidates(candidate_ids, kind_keys) AS cc ORDER BY cc.ord LOOP
+                EXIT WHEN cardinality(admitted) >= max_jobs;
+                fits := true;
+                FOREACH k IN ARRAY c.keys LOOP
+                    CONTINUE WHEN NOT k = ANY (bounded);
+                    n := coalesce((running ->> k)::integer, 0) + coalesce((used ->> k)::integer, 0);
+                    IF (max_of ? k AND n >= (max_of ->> k)::integer)
+                       OR (tokens_of ? k AND coalesce((used ->> k)::integer, 0) >= (tokens_of ->> k)::integer)
+                       OR EXISTS (SELECT 1 FROM unnest(c.own_keys, c.own_bounds) AS o(key, bound)
+                                  WHERE o.key = k AND o.bound > 0 AND n >= o.bound) THEN
+                        fits := false;
+                        EXIT;
+                    END IF;
+                END LOOP;
+                CONTINUE WHEN NOT fits;
+                PERFORM 1 FROM jobs AS j
+                WHERE j.job_id = c.job_id AND j.state::text IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
+                  AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+                FOR UPDATE SKIP LOCKED;
+                CONTINUE WHEN NOT FOUND;
+                admitted := admitted || c.job_id;
+                FOREACH k IN ARRAY c.keys LOOP
+                    IF k = ANY (bounded) THEN
+                        used := used || jsonb_build_object(k, coalesce((used ->> k)::integer, 0) + 1);
+                    END IF;
+                END LOOP;
+            END LOOP;
+            -- The rows admitted above are this transaction's already: the claim below takes exactly them.
+            candidate_ids := admitted;
+        END IF;
+    END IF;
+
+    -- One statement locks the candidates in their order (skipping rows other claimers hold), claims them
+    -- with the keys they hold, and takes from each rate-limited key the tokens its claimed jobs use.
+    RETURN QUERY
+    WITH admitted_rows AS (
+        SELECT j.job_id
+        FROM unnest(candidate_ids) WITH ORDINALITY AS u(job_id, ord)
+        JOIN jobs AS j ON j.job_id = u.job_id
+        WHERE j.state::text IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
+          AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+        ORDER BY u.ord
+        LIMIT max_jobs
+        FOR UPDATE OF j SKIP LOCKED
+    ), claimed AS (
         UPDATE jobs AS j
         SET state = 'running',
             attempts = j.attempts + 1,
@@ -276,152 +344,26 @@ BEGIN
         FROM admitted_rows AS a
         WHERE j.job_id = a.job_id
         RETURNING j.job_id, j.tenant, j.kind, j.payload, j.attempts, j.max_attempts, j.fencing_token,
-                  j.lease_expires_at, j.created_at, greatest(j.run_after, j.created_at), j.started_at,
-                  j.traceparent, j.tracestate;
-        RETURN;
-    END IF;
-
-    FOR k IN SELECT b.key FROM unnest(bounded) AS b(key) ORDER BY hashtext(b.key), b.key LOOP
-        PERFORM pg_advisory_xact_lock(18, hashtext(k));
-    END LOOP;
-
-    -- Counted after the locks, in this statement's own snapshot.
-    SELECT coalesce(jsonb_object_agg(r.key, r.n), '{}') INTO running
-    FROM (SELECT rk AS key, count(*) AS n
-          FROM jobs AS j, unnest(j.running_keys) AS rk
-          WHERE j.state = 'running' AND rk = ANY (bounded)
-          GROUP BY rk) AS r;
-
-    at := clock_timestamp();
-    FOR limit_row IN
-        SELECT l.key, l.max_running, l.rate_per_second, l.burst, s.tokens, s.refilled_at
-        FROM job_limits AS l LEFT JOIN job_key_state AS s ON s.key = l.key
-        WHERE l.key = ANY (bounded)
-    LOOP
-        IF limit_row.max_running > 0 THEN
-            max_of := max_of || jsonb_build_object(limit_row.key, limit_row.max_running);
-        END IF;
-        IF limit_row.rate_per_second > 0 THEN
-            tokens_of := tokens_of || jsonb_build_object(limit_row.key, floor(jobs_bucket_tokens(
-                limit_row.rate_per_second, limit_row.burst, limit_row.tokens, limit_row.refilled_at, at)));
-        END IF;
-    END LOOP;
-
-    -- When no bound could be reached by a whole batch (the usual case of a limit that is far from full),
-    -- any runnable candidates fit: one statement locks them, as when nothing bounds them, claims them and
-    -- takes the tokens they use. Otherwise each is decided in turn below.
-    IF NOT EXISTS (SELECT 1 FROM unnest(bounded) AS b(key)
-                   WHERE (max_of ? b.key
-                          AND coalesce((running ->> b.key)::integer, 0) + max_jobs > (max_of ->> b.key)::integer)
-                      OR (tokens_of ? b.key AND max_jobs > (tokens_of ->> b.key)::integer)
-                      OR (own_bound_of ? b.key
-                          AND coalesce((running ->> b.key)::integer, 0) + max_jobs > (own_bound_of ->> b.key)::integer))
-    THEN
-        RETURN QUERY
-        WITH admitted_rows AS (
-            SELECT j.job_id
-            FROM unnest(candidate_ids) WITH ORDINALITY AS u(job_id, ord)
-            JOIN jobs AS j ON j.job_id = u.job_id
-            WHERE j.state::text IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
-              AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
-            ORDER BY u.ord
-            LIMIT max_jobs
-            FOR UPDATE OF j SKIP LOCKED
-        ), claimed AS (
-            UPDATE jobs AS j
-            SET state = 'running',
-                attempts = j.attempts + 1,
-                fencing_token = j.fencing_token + 1,
-                lease_owner = worker_id,
-                lease_expires_at = clock_timestamp() + make_interval(secs => lease_seconds),
-                started_at = clock_timestamp(),
-                running_keys = jobs_effective_keys(j.tenant, j.kind, CASE WHEN kind_keys ? j.kind
-                                                                    THEN jobs_declared_keys(kind_keys, j.kind) END,
-                                               j.limit_keys),
-                transition_actor = 'worker:' || worker_id,
-                transition_reason = 'claimed'
-            FROM admitted_rows AS a
-            WHERE j.job_id = a.job_id
-            RETURNING j.job_id, j.tenant, j.kind, j.payload, j.attempts, j.max_attempts, j.fencing_token,
-                      j.lease_expires_at, j.created_at, greatest(j.run_after, j.created_at) AS queued_since,
-                      j.started_at, j.traceparent, j.tracestate, j.running_keys
-        ), taken AS (
-            SELECT rk.key, count(*) AS n
-            FROM claimed AS cl, unnest(cl.running_keys) AS rk(key)
-            WHERE rk.key = ANY (bounded)
-            GROUP BY rk.key
-        ), charged AS (
-            -- Tokens taken from each rate-limited key, by the clock the room was computed with.
-            INSERT INTO job_key_state AS s (key, tokens, refilled_at)
-            SELECT l.key, jobs_bucket_tokens(l.rate_per_second, l.burst, s0.tokens, s0.refilled_at, at) - t.n, at
-            FROM taken AS t
-            JOIN job_limits AS l ON l.key = t.key
-            LEFT JOIN job_key_state AS s0 ON s0.key = l.key
-            WHERE l.rate_per_second > 0
-            ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
-        )
-        SELECT cl.job_id, cl.tenant, cl.kind, cl.payload, cl.attempts, cl.max_attempts, cl.fencing_token,
-               cl.lease_expires_at, cl.created_at, cl.queued_since, cl.started_at, cl.traceparent, cl.tracestate
-        FROM claimed AS cl;
-        RETURN;
-    END IF;
-
-    FOR c IN SELECT * FROM jobs_claim_candidates(candidate_ids, kind_keys) AS cc ORDER BY cc.ord LOOP
-        EXIT WHEN cardinality(admitted) >= max_jobs;
-        fits := true;
-        FOREACH k IN ARRAY c.keys LOOP
-            CONTINUE WHEN NOT k = ANY (bounded);
-            n := coalesce((running ->> k)::integer, 0) + coalesce((used ->> k)::integer, 0);
-            IF (max_of ? k AND n >= (max_of ->> k)::integer)
-               OR (tokens_of ? k AND coalesce((used ->> k)::integer, 0) >= (tokens_of ->> k)::integer)
-               OR EXISTS (SELECT 1 FROM unnest(c.own_keys, c.own_bounds) AS o(key, bound)
-                          WHERE o.key = k AND o.bound > 0 AND n >= o.bound) THEN
-                fits := false;
-                EXIT;
-            END IF;
-        END LOOP;
-        CONTINUE WHEN NOT fits;
-        PERFORM 1 FROM jobs AS j
-        WHERE j.job_id = c.job_id AND j.state::text IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
-          AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
-        FOR UPDATE SKIP LOCKED;
-        CONTINUE WHEN NOT FOUND;
-        admitted := admitted || c.job_id;
-        FOREACH k IN ARRAY c.keys LOOP
-            IF k = ANY (bounded) THEN
-                used := used || jsonb_build_object(k, coalesce((used ->> k)::integer, 0) + 1);
-            END IF;
-        END LOOP;
-    END LOOP;
-
-    -- Tokens taken from each rate-limited key, by the clock the room was computed with.
-    INSERT INTO job_key_state AS s (key, tokens, refilled_at)
-    SELECT l.key,
-           jobs_bucket_tokens(l.rate_per_second, l.burst, s0.tokens, s0.refilled_at, at)
-               - coalesce((used ->> l.key)::integer, 0),
-           at
-    FROM job_limits AS l LEFT JOIN job_key_state AS s0 ON s0.key = l.key
-    WHERE l.key = ANY (bounded) AND l.rate_per_second > 0 AND used ? l.key
-    ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at;
-
-    -- The admitted rows are locked by this transaction; the keys recorded are the keys checked.
-    RETURN QUERY
-    UPDATE jobs AS j
-    SET state = 'running',
-        attempts = j.attempts + 1,
-        fencing_token = j.fencing_token + 1,
-        lease_owner = worker_id,
-        lease_expires_at = clock_timestamp() + make_interval(secs => lease_seconds),
-        started_at = clock_timestamp(),
-        running_keys = jobs_effective_keys(j.tenant, j.kind, CASE WHEN kind_keys ? j.kind
-                                                                THEN jobs_declared_keys(kind_keys, j.kind) END,
-                                           j.limit_keys),
-        transition_actor = 'worker:' || worker_id,
-        transition_reason = 'claimed'
-    WHERE j.job_id = ANY (admitted)
-    RETURNING j.job_id, j.tenant, j.kind, j.payload, j.attempts, j.max_attempts, j.fencing_token,
-              j.lease_expires_at, j.created_at, greatest(j.run_after, j.created_at), j.started_at,
-              j.traceparent, j.tracestate;
+                  j.lease_expires_at, j.created_at, greatest(j.run_after, j.created_at) AS queued_since,
+                  j.started_at, j.traceparent, j.tracestate, j.running_keys
+    ), taken AS (
+        SELECT rk.key, count(*) AS n
+        FROM claimed AS cl, unnest(cl.running_keys) AS rk(key)
+        WHERE cardinality(bounded) > 0 AND rk.key = ANY (bounded)
+        GROUP BY rk.key
+    ), charged AS (
+        -- Tokens taken from each rate-limited key, by the clock the room was computed with.
+        INSERT INTO job_key_state AS s (key, tokens, refilled_at)
+        SELECT l.key, jobs_bucket_tokens(l.rate_per_second, l.burst, s0.tokens, s0.refilled_at, at) - t.n, at
+        FROM taken AS t
+        JOIN job_limits AS l ON l.key = t.key
+        LEFT JOIN job_key_state AS s0 ON s0.key = l.key
+        WHERE l.rate_per_second > 0
+        ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+    )
+    SELECT cl.job_id, cl.tenant, cl.kind, cl.payload, cl.attempts, cl.max_attempts, cl.fencing_token,
+           cl.lease_expires_at, cl.created_at, cl.queued_since, cl.started_at, cl.traceparent, cl.tracestate
+    FROM claimed AS cl;
 END
 $$;
 

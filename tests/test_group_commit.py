@@ -143,19 +143,27 @@ async def test_a_submission_queued_as_the_last_flusher_stops_is_still_committed(
 
 
 class _OpenTransactions:
-    """Work that holds its transaction for a database round trip and records how many were open at once."""
+    """Work that holds its transaction for a database round trip and records how many were open at once.
+    With `hold_for_another`, a transaction stays open until another is open beside it (or 10 s pass)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hold_for_another: bool = False) -> None:
         self.open = 0
         self.most_open = 0
         self.transactions = 0
+        self._hold_for_another = hold_for_another
+        self._another_opened = asyncio.Event()
 
     async def __call__(self, conn: Connection, items: Sequence[int]) -> list[int | JobsError]:
         self.open += 1
         self.transactions += 1
         self.most_open = max(self.most_open, self.open)
+        if self.open > 1:
+            self._another_opened.set()
         try:
             await conn.execute("SELECT pg_sleep(0.005)")
+            if self._hold_for_another:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._another_opened.wait(), 10)
             return list(items)
         finally:
             self.open -= 1
@@ -185,7 +193,7 @@ async def test_callers_that_submit_again_as_soon_as_answered_share_one_transacti
 
 
 async def test_more_flushers_start_when_a_whole_batch_is_waiting(db):
-    work = _OpenTransactions()
+    work = _OpenTransactions(hold_for_another=True)
     committer: GroupCommitter = GroupCommitter(db, work, batch_max=2, flushers=4)
 
     await _callers_in_turn(committer, callers=16, rounds=3)
