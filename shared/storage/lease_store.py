@@ -47,7 +47,7 @@ async def claim_batch(
     )
     return [
         ClaimedJob(
-            job_id=JobId(str(row["job_id"])),
+            job_id=JobId(row["job_id"]),
             tenant=TenantId(row["tenant"]),
             kind=row["kind"],
             payload=bytes(row["payload"]),
@@ -163,7 +163,7 @@ async def heartbeat(conn: Connection, leases: Sequence[LeaseRef], *, lease_secon
             "lease_seconds": lease_seconds,
         },
     )
-    held = {(str(r["job_id"]), r["fencing_token"]): r for r in await cur.fetchall()}
+    held = {(r["job_id"], r["fencing_token"]): r for r in await cur.fetchall()}
     lost = [lease.job_id for lease in leases if (lease.job_id, lease.fencing_token) not in held]
     current: dict[str, Any] = {}
     if lost:
@@ -204,7 +204,7 @@ async def complete_batch(conn: Connection, *, worker_id: str, completions: Seque
             "worker_id": worker_id,
         },
     )
-    finished = {(str(r["job_id"]), r["fencing_token"]): JobState(r["state"]) for r in await cur.fetchall()}
+    finished = {(r["job_id"], r["fencing_token"]): JobState(r["state"]) for r in await cur.fetchall()}
     refused = [c.job_id for c in completions if (c.job_id, c.fencing_token) not in finished]
     refusals = await _refusals(conn, refused) if refused else {}
     outcomes = []

@@ -31,7 +31,7 @@ LEFT JOIN written AS w ON true;
 -- The checkpoints of the jobs a worker has just claimed, for their handlers to skip finished stages.
 SELECT job_id, stage, data, attempt, fencing_token, at
 FROM job_checkpoints
-WHERE job_id = ANY (%(job_ids)s::uuid[])
+WHERE job_id = ANY (%(job_ids)b::uuid[])
 ORDER BY job_id, at, stage;
 
 -- name: checkpoint_list

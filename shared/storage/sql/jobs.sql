@@ -28,10 +28,10 @@ INSERT INTO jobs (job_id, tenant, kind, state, payload, priority, run_after, dea
 SELECT s.job_id, %(tenant)s, s.kind, 'pending', s.payload, s.priority, coalesce(s.run_after, clock_timestamp()),
        s.deadline, s.max_attempts, s.max_attempts, s.backoff_base, s.backoff_cap, coalesce(s.labels, '{}'),
        %(actor)s, 'submitted', s.traceparent, s.tracestate
-FROM unnest(%(job_ids)s::uuid[], %(kinds)s::text[], %(payloads)s::bytea[], %(priorities)s::integer[],
-            %(run_afters)s::timestamptz[], %(deadlines)s::timestamptz[], %(max_attempts)s::integer[],
-            %(backoff_bases)s::double precision[], %(backoff_caps)s::double precision[], %(labels)s::jsonb[],
-            %(traceparents)s::text[], %(tracestates)s::text[])
+FROM unnest(%(job_ids)b::uuid[], %(kinds)b::text[], %(payloads)b::bytea[], %(priorities)b::integer[],
+            %(run_afters)b::timestamptz[], %(deadlines)b::timestamptz[], %(max_attempts)b::integer[],
+            %(backoff_bases)b::double precision[], %(backoff_caps)b::double precision[], %(labels)b::jsonb[],
+            %(traceparents)b::text[], %(tracestates)b::text[])
      AS s(job_id, kind, payload, priority, run_after, deadline, max_attempts, backoff_base, backoff_cap, labels,
           traceparent, tracestate)
 RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
@@ -46,10 +46,10 @@ INSERT INTO jobs (job_id, tenant, kind, state, payload, priority, run_after, dea
 SELECT s.job_id, %(tenant)s, s.kind, 'pending', s.payload, s.priority, coalesce(s.run_after, clock_timestamp()),
        s.deadline, s.max_attempts, s.max_attempts, s.backoff_base, s.backoff_cap, coalesce(s.labels, '{}'),
        %(actor)s, 'submitted', s.traceparent, s.tracestate
-FROM unnest(%(job_ids)s::uuid[], %(kinds)s::text[], %(payloads)s::bytea[], %(priorities)s::integer[],
-            %(run_afters)s::timestamptz[], %(deadlines)s::timestamptz[], %(max_attempts)s::integer[],
-            %(backoff_bases)s::double precision[], %(backoff_caps)s::double precision[], %(labels)s::jsonb[],
-            %(traceparents)s::text[], %(tracestates)s::text[])
+FROM unnest(%(job_ids)b::uuid[], %(kinds)b::text[], %(payloads)b::bytea[], %(priorities)b::integer[],
+            %(run_afters)b::timestamptz[], %(deadlines)b::timestamptz[], %(max_attempts)b::integer[],
+            %(backoff_bases)b::double precision[], %(backoff_caps)b::double precision[], %(labels)b::jsonb[],
+            %(traceparents)b::text[], %(tracestates)b::text[])
      AS s(job_id, kind, payload, priority, run_after, deadline, max_attempts, backoff_base, backoff_cap, labels,
           traceparent, tracestate);
 
@@ -138,8 +138,9 @@ LIMIT %(limit)s;
 -- Claims up to `limit` runnable jobs of the given kinds under new leases, raising each fencing token, in
 -- fair order (priority, tenant share, age); paused kinds and full keys are passed over (jobs_claim in
 -- migrations/0021_claim_cost.sql, docs/SCHEDULING.md).
-SELECT job_id, tenant, kind, payload, attempts, max_attempts, fencing_token, lease_expires_at, created_at,
-       queued_since, claimed_at, traceparent, tracestate
+-- Ids come as text, the form the worker keeps them in (a uuid would be parsed into an object, then printed).
+SELECT job_id::text AS job_id, tenant, kind, payload, attempts, max_attempts, fencing_token, lease_expires_at,
+       created_at, queued_since, claimed_at, traceparent, tracestate
 FROM jobs_claim(%(worker_id)s, %(kinds)s, %(limit)s, %(lease_seconds)s);
 
 -- name: job_lock_expired_leases
@@ -230,7 +231,7 @@ RETURNING job_id, tenant, kind, state, attempts, fencing_token;
 WITH held AS (
     SELECT j.job_id
     FROM jobs AS j
-    JOIN unnest(%(job_ids)s::uuid[], %(fencing_tokens)s::bigint[]) AS l(job_id, fencing_token)
+    JOIN unnest(%(job_ids)b::uuid[], %(fencing_tokens)b::bigint[]) AS l(job_id, fencing_token)
       ON j.job_id = l.job_id AND j.fencing_token = l.fencing_token
     -- As text, so no partial index matches: rows are found by their key (see job_complete_batch).
     WHERE j.state::text = 'running'
@@ -241,7 +242,7 @@ UPDATE jobs AS j
 SET lease_expires_at = clock_timestamp() + make_interval(secs => %(lease_seconds)s)
 FROM held AS h
 WHERE j.job_id = h.job_id
-RETURNING j.job_id, j.fencing_token, j.cancel_requested, j.lease_expires_at;
+RETURNING j.job_id::text AS job_id, j.fencing_token, j.cancel_requested, j.lease_expires_at;
 
 -- name: job_lease_diagnose
 -- Why reports were refused: the current state and token of each named job, and whether its version was deleted.
@@ -258,7 +259,7 @@ WHERE j.job_id = ANY (%(job_ids)s::uuid[]);
 -- jobs in the transaction that writes the tombstone, so a completion waiting on the row lock re-reads it.
 WITH reported AS (
     SELECT *
-    FROM unnest(%(job_ids)s::uuid[], %(fencing_tokens)s::bigint[], %(results)s::bytea[])
+    FROM unnest(%(job_ids)b::uuid[], %(fencing_tokens)b::bigint[], %(results)b::bytea[])
          AS r(job_id, fencing_token, result)
 ), locked AS (
     -- In job-id order, like the heartbeat batch, so the two cannot deadlock.
@@ -294,7 +295,7 @@ WITH reported AS (
     WHERE state = 'succeeded'
     RETURNING job_id
 )
-SELECT f.job_id, f.state, f.tenant, f.attempts, f.fencing_token
+SELECT f.job_id::text AS job_id, f.state, f.tenant, f.attempts, f.fencing_token
 FROM finished AS f;
 
 -- name: job_fail
