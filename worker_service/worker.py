@@ -258,9 +258,11 @@ class Worker:
                     limit=limit,
                     lease_seconds=self._settings.lease_seconds,
                 )
-                if claimed:
-                    # In the claim's transaction: one statement per batch, for the stages handlers skip.
-                    done = await checkpoint_store.for_jobs(conn, [job.job_id for job in claimed])
+                leased_before = [job.job_id for job in claimed if job.leased_before]
+                if leased_before:
+                    # In the claim's transaction: one statement per batch, for the stages handlers skip;
+                    # none when every job is on its first lease (the usual batch), which has nothing to skip.
+                    done = await checkpoint_store.for_jobs(conn, leased_before)
                     if done:
                         claimed = [
                             replace(job, checkpoints=done[job.job_id]) if job.job_id in done else job for job in claimed

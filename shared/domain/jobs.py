@@ -211,6 +211,13 @@ class ClaimedJob:
     # The stages earlier attempts finished, read in the claim's transaction.
     checkpoints: tuple[Checkpoint, ...] = ()
 
+    @property
+    def leased_before(self) -> bool:
+        """Whether an earlier lease of this job existed, under which stages could have been checkpointed:
+        each claim raises the token by one from 0 and only a lease holder records a checkpoint, so a job
+        on its first lease (token 1) has none."""
+        return self.fencing_token > 1
+
 
 @dataclass(frozen=True)
 class JobEvent:
