@@ -79,110 +79,71 @@ CREATE FUNCTION public.jobs_claim(claim_worker text, claim_kinds text[], claim_l
     AS $$
 #variable_conflict use_column
 DECLARE
-    candidate_ids uuid[];
-    passed_over uuid[] := '{}';
-    claimed integer := 0;
-    admitted integer;
-    rounds integer := 1;
+    only_kind text;
+    only_tenant text;
+    declared text[];
+    claimed integer;
 BEGIN
-    LOOP
-        WITH RECURSIVE running AS (
-            -- Keys of running jobs with their counts, for the limits on running jobs and the submissions' own
-            -- bounds: read only when one of those is in force, since it scans every running job.
-            SELECT rk AS key, count(*) AS n
-            FROM jobs AS j, unnest(j.running_keys) AS rk
-            WHERE j.state = 'running'
-            GROUP BY rk
-        ), blocked AS (
-            -- Keys nothing may start under now. Read without locks: a filter only; jobs_claim_admit decides.
-            SELECT array_agg(b.key) AS keys
-            FROM (SELECT s.key FROM job_key_state AS s WHERE s.held_until > clock_timestamp()
-                  UNION
-                  SELECT l.key
-                  FROM job_limits AS l
-                  LEFT JOIN job_key_state AS s ON s.key = l.key
-                  WHERE CASE WHEN l.max_running > 0
-                             THEN coalesce((SELECT r.n FROM running AS r WHERE r.key = l.key), 0) >= l.max_running
-                             ELSE false END
-                     OR (l.rate_per_second > 0
-                         AND jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, clock_timestamp()) < 1)
-                 ) AS b
-        ), open_kinds AS (
-            SELECT k.kind
-            FROM unnest(claim_kinds::text[]) AS k(kind)
-            LEFT JOIN job_kinds AS jk ON jk.kind = k.kind
-            CROSS JOIN blocked AS b
-            WHERE NOT EXISTS (SELECT 1 FROM kind_pauses AS p WHERE p.kind = k.kind)
-              AND NOT coalesce(('kind:' || k.kind) = ANY (b.keys) OR jk.limit_keys && b.keys, false)
-        ), tenants AS (
-            -- Per open kind, each tenant with runnable rows: one index descent per tenant, however long its queue.
-            SELECT o.kind, (SELECT j.tenant FROM jobs AS j
-                            WHERE j.state IN ('pending', 'retry_wait') AND j.kind = o.kind
-                            ORDER BY j.tenant LIMIT 1) AS tenant
-            FROM open_kinds AS o
-            UNION ALL
-            SELECT t.kind, (SELECT j.tenant FROM jobs AS j
-                            WHERE j.state IN ('pending', 'retry_wait') AND j.kind = t.kind AND j.tenant > t.tenant
-                            ORDER BY j.tenant LIMIT 1)
-            FROM tenants AS t
-            WHERE t.tenant IS NOT NULL
-        ), candidates AS (
-            SELECT c.job_id, c.tenant, c.priority, c.run_after
-            FROM tenants AS t
-            CROSS JOIN blocked AS b
-            CROSS JOIN LATERAL (
-                SELECT j.job_id, j.tenant, j.priority, j.run_after
-                FROM jobs AS j
-                WHERE j.state IN ('pending', 'retry_wait') AND j.kind = t.kind AND j.tenant = t.tenant
-                  AND j.run_after <= clock_timestamp()
-                  AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
-                  AND (j.limit_keys = '{}'
-                       OR (NOT coalesce(j.limit_keys && b.keys, false)
-                           AND NOT EXISTS (SELECT 1
-                                           FROM unnest(j.limit_keys, j.limit_key_bounds) AS o(key, bound)
-                                           JOIN running AS r ON r.key = o.key
-                                           WHERE o.bound > 0 AND r.n >= o.bound)))
-                  AND j.job_id <> ALL (passed_over)
-                ORDER BY j.priority DESC, j.run_after, j.job_id
-                LIMIT claim_limit - claimed
-            ) AS c
-            WHERE t.tenant IS NOT NULL AND NOT coalesce(('tenant:' || t.tenant) = ANY (b.keys), false)
-        ), tenant_running AS (
-            -- Each candidate tenant's running jobs, the first term of its share; counted only when candidates
-            -- come from more than one tenant, since one tenant's candidates keep their order whatever it runs.
-            SELECT j.tenant, count(*) AS n
+    IF NOT EXISTS (SELECT 1 FROM job_limits AS l WHERE l.max_running > 0 OR l.rate_per_second > 0)
+       AND NOT EXISTS (SELECT 1 FROM job_key_state AS s WHERE s.held_until > clock_timestamp()) THEN
+        -- The queues of the open kinds: each kind's first tenant with runnable rows, and whether it has a
+        -- second (two index descents per kind, however long the queues).
+        SELECT min(q.kind), min(q.tenant)
+        INTO only_kind, only_tenant
+        FROM (SELECT k.kind, f.tenant,
+                     EXISTS (SELECT 1 FROM jobs AS j
+                             WHERE j.state IN ('pending', 'retry_wait') AND j.kind = k.kind
+                               AND j.tenant > f.tenant) AS others
+              FROM unnest(claim_kinds) AS k(kind)
+              CROSS JOIN LATERAL (SELECT j.tenant FROM jobs AS j
+                                  WHERE j.state IN ('pending', 'retry_wait') AND j.kind = k.kind
+                                  ORDER BY j.tenant LIMIT 1) AS f
+              WHERE NOT EXISTS (SELECT 1 FROM kind_pauses AS p WHERE p.kind = k.kind)) AS q
+        HAVING count(*) = 1 AND NOT bool_or(q.others);
+    END IF;
+
+    IF only_kind IS NOT NULL THEN
+        SELECT jk.limit_keys INTO declared
+        FROM job_kinds AS jk
+        WHERE jk.kind = only_kind AND jk.limit_keys <> '{}';
+        RETURN QUERY
+        WITH locked AS (
+            SELECT j.job_id, 0 < ANY (j.limit_key_bounds) AS bounds_itself
             FROM jobs AS j
-            WHERE j.state = 'running' AND j.tenant IN (SELECT c.tenant FROM candidates AS c)
-              AND (SELECT count(DISTINCT c.tenant) FROM candidates AS c) > 1
-            GROUP BY j.tenant
-        ), ranked AS (
-            -- A tenant's n-th candidate goes after every tenant whose running and earlier candidates weigh less.
-            SELECT c.job_id, c.priority, c.run_after,
-                   (coalesce(r.n, 0) + row_number() OVER (PARTITION BY c.tenant
-                                                          ORDER BY c.priority DESC, c.run_after, c.job_id))::float8
-                       / coalesce(w.weight, 1) AS share
-            FROM candidates AS c
-            LEFT JOIN tenant_running AS r ON r.tenant = c.tenant
-            LEFT JOIN tenant_weights AS w ON w.tenant = c.tenant
+            WHERE j.state IN ('pending', 'retry_wait') AND j.kind = only_kind AND j.tenant = only_tenant
+              AND j.run_after <= clock_timestamp()
+              AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+            ORDER BY j.priority DESC, j.run_after, j.job_id
+            LIMIT claim_limit
+            FOR UPDATE OF j SKIP LOCKED
         )
-        -- Four times the batch: room for the rows racing claimers lock first, and for candidates a full key turns away.
-        SELECT ARRAY(SELECT job_id FROM ranked ORDER BY priority DESC, share, run_after, job_id
-                     LIMIT 4 * (claim_limit - claimed))
-        INTO candidate_ids;
-        RETURN QUERY SELECT a.* FROM jobs_claim_admit(claim_worker, claim_lease_seconds, claim_limit - claimed,
-                                                      candidate_ids) AS a;
-        GET DIAGNOSTICS admitted = ROW_COUNT;
-        claimed := claimed + admitted;
-        -- Claimers that read the same queue at once are offered the same candidates, and all but one find
-        -- them locked: while candidates were passed over and the batch is not full, read on past them.
-        -- Not after a round that may have locked keys: a later round's keys would be locked out of order.
-        EXIT WHEN claimed >= claim_limit OR cardinality(candidate_ids) <= admitted OR rounds >= 4
-               OR EXISTS (SELECT 1 FROM job_limits AS l WHERE l.max_running > 0 OR l.rate_per_second > 0)
-               OR EXISTS (SELECT 1 FROM jobs AS j, unnest(j.limit_key_bounds) AS o(bound)
-                          WHERE j.job_id = ANY (candidate_ids) AND o.bound > 0);
-        passed_over := passed_over || candidate_ids;
-        rounds := rounds + 1;
-    END LOOP;
+        UPDATE jobs AS j
+        SET state = 'running',
+            attempts = j.attempts + 1,
+            fencing_token = j.fencing_token + 1,
+            lease_owner = claim_worker,
+            lease_expires_at = clock_timestamp() + make_interval(secs => claim_lease_seconds),
+            started_at = clock_timestamp(),
+            running_keys = jobs_effective_keys(j.tenant, j.kind, declared, j.limit_keys),
+            transition_actor = 'worker:' || claim_worker,
+            transition_reason = 'claimed'
+        -- By key, as an array: a join with the locked rows was planned (generically) as a hash join over
+        -- the whole primary key.
+        WHERE j.job_id = ANY (ARRAY(SELECT l.job_id FROM locked AS l))
+          -- A submission's own bound is counted under its key's lock: a batch holding such a job is left
+          -- whole to the fair claim (the rows locked here are this transaction's, so it can take them).
+          AND NOT EXISTS (SELECT 1 FROM locked AS b WHERE b.bounds_itself)
+        RETURNING j.job_id, j.tenant, j.kind, j.payload, j.attempts, j.max_attempts, j.fencing_token,
+                  j.lease_expires_at, j.created_at, greatest(j.run_after, j.created_at), j.started_at,
+                  j.traceparent, j.tracestate;
+        GET DIAGNOSTICS claimed = ROW_COUNT;
+        -- A batch short of the limit took every unlocked runnable row of the only queue.
+        IF claimed > 0 THEN
+            RETURN;
+        END IF;
+    END IF;
+
+    RETURN QUERY SELECT f.* FROM jobs_claim_fair(claim_worker, claim_kinds, claim_limit, claim_lease_seconds) AS f;
 END
 $$;
 
@@ -379,6 +340,123 @@ CREATE FUNCTION public.jobs_claim_candidates(candidate_ids uuid[], kind_keys jso
         FROM unnest(candidate_ids) WITH ORDINALITY AS u(job_id, ord)
         JOIN jobs AS j ON j.job_id = u.job_id
     $$;
+
+CREATE FUNCTION public.jobs_claim_fair(claim_worker text, claim_kinds text[], claim_limit integer, claim_lease_seconds double precision) RETURNS TABLE(job_id uuid, tenant text, kind text, payload bytea, attempts integer, max_attempts integer, fencing_token bigint, lease_expires_at timestamp with time zone, created_at timestamp with time zone, queued_since timestamp with time zone, claimed_at timestamp with time zone, traceparent text, tracestate text)
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
+    SET enable_sort TO 'off'
+    SET enable_seqscan TO 'off'
+    SET jit TO 'off'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    candidate_ids uuid[];
+    passed_over uuid[] := '{}';
+    claimed integer := 0;
+    admitted integer;
+    rounds integer := 1;
+BEGIN
+    LOOP
+        WITH RECURSIVE running AS (
+            -- Keys of running jobs with their counts, for the limits on running jobs and the submissions' own
+            -- bounds: read only when one of those is in force, since it scans every running job.
+            SELECT rk AS key, count(*) AS n
+            FROM jobs AS j, unnest(j.running_keys) AS rk
+            WHERE j.state = 'running'
+            GROUP BY rk
+        ), blocked AS (
+            -- Keys nothing may start under now. Read without locks: a filter only; jobs_claim_admit decides.
+            SELECT array_agg(b.key) AS keys
+            FROM (SELECT s.key FROM job_key_state AS s WHERE s.held_until > clock_timestamp()
+                  UNION
+                  SELECT l.key
+                  FROM job_limits AS l
+                  LEFT JOIN job_key_state AS s ON s.key = l.key
+                  WHERE CASE WHEN l.max_running > 0
+                             THEN coalesce((SELECT r.n FROM running AS r WHERE r.key = l.key), 0) >= l.max_running
+                             ELSE false END
+                     OR (l.rate_per_second > 0
+                         AND jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, clock_timestamp()) < 1)
+                 ) AS b
+        ), open_kinds AS (
+            SELECT k.kind
+            FROM unnest(claim_kinds::text[]) AS k(kind)
+            LEFT JOIN job_kinds AS jk ON jk.kind = k.kind
+            CROSS JOIN blocked AS b
+            WHERE NOT EXISTS (SELECT 1 FROM kind_pauses AS p WHERE p.kind = k.kind)
+              AND NOT coalesce(('kind:' || k.kind) = ANY (b.keys) OR jk.limit_keys && b.keys, false)
+        ), tenants AS (
+            -- Per open kind, each tenant with runnable rows: one index descent per tenant, however long its queue.
+            SELECT o.kind, (SELECT j.tenant FROM jobs AS j
+                            WHERE j.state IN ('pending', 'retry_wait') AND j.kind = o.kind
+                            ORDER BY j.tenant LIMIT 1) AS tenant
+            FROM open_kinds AS o
+            UNION ALL
+            SELECT t.kind, (SELECT j.tenant FROM jobs AS j
+                            WHERE j.state IN ('pending', 'retry_wait') AND j.kind = t.kind AND j.tenant > t.tenant
+                            ORDER BY j.tenant LIMIT 1)
+            FROM tenants AS t
+            WHERE t.tenant IS NOT NULL
+        ), candidates AS (
+            SELECT c.job_id, c.tenant, c.priority, c.run_after
+            FROM tenants AS t
+            CROSS JOIN blocked AS b
+            CROSS JOIN LATERAL (
+                SELECT j.job_id, j.tenant, j.priority, j.run_after
+                FROM jobs AS j
+                WHERE j.state IN ('pending', 'retry_wait') AND j.kind = t.kind AND j.tenant = t.tenant
+                  AND j.run_after <= clock_timestamp()
+                  AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+                  AND (j.limit_keys = '{}'
+                       OR (NOT coalesce(j.limit_keys && b.keys, false)
+                           AND NOT EXISTS (SELECT 1
+                                           FROM unnest(j.limit_keys, j.limit_key_bounds) AS o(key, bound)
+                                           JOIN running AS r ON r.key = o.key
+                                           WHERE o.bound > 0 AND r.n >= o.bound)))
+                  AND j.job_id <> ALL (passed_over)
+                ORDER BY j.priority DESC, j.run_after, j.job_id
+                LIMIT claim_limit - claimed
+            ) AS c
+            WHERE t.tenant IS NOT NULL AND NOT coalesce(('tenant:' || t.tenant) = ANY (b.keys), false)
+        ), tenant_running AS (
+            -- Each candidate tenant's running jobs, the first term of its share; counted only when candidates
+            -- come from more than one tenant, since one tenant's candidates keep their order whatever it runs.
+            SELECT j.tenant, count(*) AS n
+            FROM jobs AS j
+            WHERE j.state = 'running' AND j.tenant IN (SELECT c.tenant FROM candidates AS c)
+              AND (SELECT count(DISTINCT c.tenant) FROM candidates AS c) > 1
+            GROUP BY j.tenant
+        ), ranked AS (
+            -- A tenant's n-th candidate goes after every tenant whose running and earlier candidates weigh less.
+            SELECT c.job_id, c.priority, c.run_after,
+                   (coalesce(r.n, 0) + row_number() OVER (PARTITION BY c.tenant
+                                                          ORDER BY c.priority DESC, c.run_after, c.job_id))::float8
+                       / coalesce(w.weight, 1) AS share
+            FROM candidates AS c
+            LEFT JOIN tenant_running AS r ON r.tenant = c.tenant
+            LEFT JOIN tenant_weights AS w ON w.tenant = c.tenant
+        )
+        -- Four times the batch: room for the rows racing claimers lock first, and for candidates a full key turns away.
+        SELECT ARRAY(SELECT job_id FROM ranked ORDER BY priority DESC, share, run_after, job_id
+                     LIMIT 4 * (claim_limit - claimed))
+        INTO candidate_ids;
+        RETURN QUERY SELECT a.* FROM jobs_claim_admit(claim_worker, claim_lease_seconds, claim_limit - claimed,
+                                                      candidate_ids) AS a;
+        GET DIAGNOSTICS admitted = ROW_COUNT;
+        claimed := claimed + admitted;
+        -- Claimers that read the same queue at once are offered the same candidates, and all but one find
+        -- them locked: while candidates were passed over and the batch is not full, read on past them.
+        -- Not after a round that may have locked keys: a later round's keys would be locked out of order.
+        EXIT WHEN claimed >= claim_limit OR cardinality(candidate_ids) <= admitted OR rounds >= 4
+               OR EXISTS (SELECT 1 FROM job_limits AS l WHERE l.max_running > 0 OR l.rate_per_second > 0)
+               OR EXISTS (SELECT 1 FROM jobs AS j, unnest(j.limit_key_bounds) AS o(bound)
+                          WHERE j.job_id = ANY (candidate_ids) AND o.bound > 0);
+        passed_over := passed_over || candidate_ids;
+        rounds := rounds + 1;
+    END LOOP;
+END
+$$;
 
 CREATE FUNCTION public.jobs_declared_keys(kind_keys jsonb, kind text) RETURNS text[]
     LANGUAGE sql IMMUTABLE

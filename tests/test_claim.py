@@ -214,6 +214,39 @@ async def test_claims_and_completions_find_their_rows_by_key_on_statistics_of_a_
     assert _most_rows_read(completion["QUERY PLAN"]) <= 200, json.dumps(completion, indent=1)
 
 
+async def test_a_claimer_racing_another_on_one_queue_takes_the_rows_after_its_rivals_in_one_pass(db, database_url):
+    # One tenant's queue of one kind, as a bulk import makes it: fair shares have nothing to decide. A
+    # rival holds the head of the queue (its claim is not committed); the claim locks the rows after it as
+    # it reads them, where reading candidates first and locking them after found the head locked and read
+    # the queue again past it.
+    await factories.insert_jobs(db, 300)
+    with psycopg.connect(database_url) as rival, psycopg.connect(database_url) as conn:
+        held = _claim(rival, limit=100)
+        plans = _nested_plans(conn)
+        claimed = _claim(conn, limit=100)
+        conn.rollback()
+        rival.rollback()
+
+    assert len(held) == len(claimed) == 100
+    assert not {row[0] for row in held} & {row[0] for row in claimed}
+    # The rival's rows and the claimed ones, read once each, and the claimed ones written by key.
+    assert _rows_visited(plans) <= 3 * 100 + 10, json.dumps(plans, indent=1)
+
+
+async def test_jobs_claimed_while_nothing_is_limited_count_against_a_limit_set_later(db, sync_db):
+    # The one-queue claim records the keys a job runs under (the kind's declared ones too), as the fair
+    # claim does: a limit an operator sets afterwards counts the jobs already running.
+    factories.declare_kind_keys(sync_db, "echo", ["provider:x"])
+    await factories.insert_jobs(db, 5)
+    assert len(await factories.claim(db, limit=3)) == 3
+
+    factories.set_limit(sync_db, "provider:x", max_running=4)
+    assert len(await factories.claim(db, limit=10)) == 1
+    assert sync_db.rows("SELECT DISTINCT running_keys FROM jobs WHERE state = 'running'") == [
+        {"running_keys": ["kind:echo", "tenant:tenant-a", "provider:x"]}
+    ]
+
+
 def _claim(conn: psycopg.Connection[Any], *, limit: int) -> list[Any]:
     return conn.execute(
         queries.JOB_CLAIM_BATCH, {"worker_id": "w", "kinds": ["echo"], "limit": limit, "lease_seconds": 30}
@@ -250,6 +283,18 @@ def _most_rows_read(plan: object) -> int:
         return max([own, *(_most_rows_read(value) for value in plan.values())])
     if isinstance(plan, list):
         return max([0, *(_most_rows_read(item) for item in plan)])
+    return 0
+
+
+def _rows_visited(plan: object) -> int:
+    """Rows of `jobs` every scan in the plans read, kept or filtered out, over all their loops."""
+    if isinstance(plan, dict):
+        own = 0
+        if plan.get("Relation Name") == "jobs" and "Scan" in plan.get("Node Type", ""):
+            own = (plan.get("Actual Rows", 0) + plan.get("Rows Removed by Filter", 0)) * plan.get("Actual Loops", 1)
+        return own + sum(_rows_visited(value) for value in plan.values())
+    if isinstance(plan, list):
+        return sum(_rows_visited(item) for item in plan)
     return 0
 
 
