@@ -55,7 +55,7 @@ class JobChangeHub:
                     if (channel, payload) == LISTENING:
                         delay = 0.5
                         self._wake_all()
-                    else:
+                    elif self._subscribers:  # most notifications arrive while no stream watches
                         for change in payload.split(","):
                             self._wake(change.partition(":")[0])
             except JobsError as exc:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -43,11 +42,13 @@ def check_text(violations: ViolationCollector, name: str, value: str, max_chars:
         violations.add(name, "must not contain NUL or control characters")
 
 
+# A job id as the service writes it: a UUID in lowercase hex with hyphens (what str(uuid.UUID) gives).
+_JOB_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def is_job_id(value: str) -> bool:
-    try:
-        return str(uuid.UUID(value)) == value
-    except ValueError:
-        return False
+    """Checked for every id of every report batch: a pattern, five times faster than parsing a UUID."""
+    return _JOB_ID.fullmatch(value) is not None
 
 
 def check_job_id(value: str, field_name: str = "job_id") -> None:

@@ -271,9 +271,11 @@ WITH reported AS (
     -- every running job through jobs_running_lease_idx and compared it with every reported one, 2.4
     -- million comparisons for a batch of 1,000.
     WHERE j.state::text = 'running'
-      AND NOT EXISTS (SELECT 1 FROM resource_heads AS h
-                      WHERE h.tenant = j.tenant AND h.resource_key = j.resource_key
-                        AND h.deleted_version >= j.resource_version)
+      -- Only a job with a resource version can have a tombstone: the others skip the lookup.
+      AND (j.resource_key IS NULL
+           OR NOT EXISTS (SELECT 1 FROM resource_heads AS h
+                          WHERE h.tenant = j.tenant AND h.resource_key = j.resource_key
+                            AND h.deleted_version >= j.resource_version))
     ORDER BY j.job_id
     FOR UPDATE OF j
 ), finished AS (
