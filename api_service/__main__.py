@@ -19,6 +19,7 @@ from api_service.usecases.admin_config import AdminConfig
 from shared.domain.admin import Actor
 from shared.domain.errors import InvalidArgument, JobsError
 from shared.env_settings import LOG_LEVEL_DEFAULT, SettingsError, env_log_level
+from shared.garbage_collection import pace_garbage_collector
 from shared.json_logging import configure_logging
 from shared.storage.database import Database, PoolSettings
 from shared.storage.database_settings import DatabaseSettings
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_retire_kind(DatabaseSettings.from_env(os.environ), args.kind))
         settings = ApiSettings.from_env(os.environ)
         configure_logging(settings.log_level, "api_service")
+        pace_garbage_collector()
         asyncio.run(serve(settings))
         return 0
     except SettingsError as exc:

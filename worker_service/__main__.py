@@ -13,6 +13,7 @@ from prometheus_client import disable_created_metrics
 
 from shared.domain.errors import JobsError
 from shared.env_settings import LOG_LEVEL_DEFAULT, SettingsError, split_host_port
+from shared.garbage_collection import pace_garbage_collector
 from shared.handlers.loader import load_registry
 from shared.json_logging import configure_logging
 from shared.storage.database import Database, PoolSettings
@@ -83,6 +84,7 @@ def main() -> int:
     try:
         settings = WorkerSettings.from_env(os.environ)
         configure_logging(settings.log_level, "worker_service")
+        pace_garbage_collector()
         asyncio.run(run(settings))
         return 0
     except SettingsError as exc:
