@@ -61,6 +61,8 @@ CREATE FUNCTION public.jobs_bump_sequence() RETURNS trigger
 BEGIN
     IF NEW.state IS DISTINCT FROM OLD.state OR NEW.cancel_requested IS DISTINCT FROM OLD.cancel_requested THEN
         NEW.sequence := OLD.sequence + 1;
+    ELSE
+        NEW.sequence := OLD.sequence;
     END IF;
     RETURN NEW;
 END $$;
@@ -119,6 +121,8 @@ BEGIN
         )
         UPDATE jobs AS j
         SET state = 'running',
+            -- A transition: raised here rather than by the row trigger (0023).
+            sequence = j.sequence + 1,
             attempts = j.attempts + 1,
             fencing_token = j.fencing_token + 1,
             lease_owner = claim_worker,
@@ -1126,7 +1130,11 @@ CREATE INDEX schedules_buffered_idx ON public.schedules USING btree (buffered_fi
 
 CREATE INDEX schedules_due_idx ON public.schedules USING btree (next_fire_at) WHERE (NOT paused);
 
-CREATE TRIGGER jobs_bump_sequence BEFORE UPDATE ON public.jobs FOR EACH ROW EXECUTE FUNCTION public.jobs_bump_sequence();
+CREATE TRIGGER jobs_bump_sequence BEFORE UPDATE ON public.jobs FOR EACH ROW WHEN ((new.sequence IS DISTINCT FROM
+        CASE
+            WHEN ((old.state IS DISTINCT FROM new.state) OR (old.cancel_requested IS DISTINCT FROM new.cancel_requested)) THEN (old.sequence + 1)
+            ELSE old.sequence
+        END)) EXECUTE FUNCTION public.jobs_bump_sequence();
 
 CREATE TRIGGER jobs_notify_runnable_insert AFTER INSERT ON public.jobs FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_notify_runnable();
 
@@ -1315,6 +1323,8 @@ GRANT UPDATE(lease_expires_at) ON TABLE public.jobs TO jobs_worker;
 GRANT UPDATE(last_error_category) ON TABLE public.jobs TO jobs_worker;
 
 GRANT UPDATE(last_error_message) ON TABLE public.jobs TO jobs_worker;
+
+GRANT UPDATE(sequence) ON TABLE public.jobs TO jobs_worker;
 
 GRANT UPDATE(transition_actor) ON TABLE public.jobs TO jobs_worker;
 

@@ -10,6 +10,8 @@ import pytest
 
 from api_service.job_change_hub import JobChangeHub
 from shared.domain.ids import JobId
+from shared.domain.jobs import Completion, LeaseRef
+from shared.storage import lease_store
 from shared.storage.notifications import CHANGED_CHANNEL
 from tests import factories
 from tests.conditions import wait_until
@@ -58,3 +60,43 @@ async def test_a_watcher_is_woken_when_its_job_changes_among_many_in_one_stateme
         finally:
             listening.cancel()
             await asyncio.gather(listening, return_exceptions=True)
+
+
+async def test_the_sequence_rises_by_one_per_transition_whichever_statement_makes_it(db, sync_db):
+    # The claim and the completion raise it in the row they write, the row trigger for every other
+    # statement (a cancel request here); none raises it twice, and a lease extension does not raise it.
+    job = await factories.insert_job(db)
+    claimed = await factories.claim_one(db)
+    async with db.transaction() as conn:
+        await lease_store.heartbeat(conn, [LeaseRef(claimed.job_id, claimed.fencing_token)], lease_seconds=60)
+    sync_db.execute(
+        "UPDATE jobs SET cancel_requested = true, transition_reason = 'cancel' WHERE job_id = %s", (job.job_id,)
+    )
+    async with db.transaction() as conn:
+        await lease_store.complete_batch(
+            conn, worker_id="w", completions=[Completion(claimed.job_id, claimed.fencing_token, b"")]
+        )
+
+    events = sync_db.rows(
+        "SELECT sequence, from_state::text, to_state::text, reason FROM job_events WHERE job_id = %s ORDER BY sequence",
+        (job.job_id,),
+    )
+    assert [(e["sequence"], e["from_state"], e["to_state"], e["reason"]) for e in events] == [
+        (1, None, "pending", "submitted"),
+        (2, "pending", "running", "claimed"),
+        (3, "running", "running", "cancel"),
+        (4, "running", "cancelled", "cancelled; result discarded"),
+    ]
+    assert sync_db.job(job.job_id)["sequence"] == 4
+
+
+async def test_a_sequence_a_statement_writes_against_the_rule_is_replaced_by_the_rules(db, sync_db):
+    job = await factories.insert_job(db)
+    sync_db.execute("UPDATE jobs SET sequence = 99 WHERE job_id = %s", (job.job_id,))
+    assert sync_db.job(job.job_id)["sequence"] == 1
+    sync_db.execute("UPDATE jobs SET sequence = 7, cancel_requested = true WHERE job_id = %s", (job.job_id,))
+    assert sync_db.job(job.job_id)["sequence"] == 2
+    assert sync_db.rows("SELECT sequence FROM job_events WHERE job_id = %s ORDER BY 1", (job.job_id,)) == [
+        {"sequence": 1},
+        {"sequence": 2},
+    ]

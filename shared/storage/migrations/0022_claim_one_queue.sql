@@ -66,6 +66,8 @@ BEGIN
         )
         UPDATE jobs AS j
         SET state = 'running',
+            -- A transition: raised here rather than by the row trigger (0023).
+            sequence = j.sequence + 1,
             attempts = j.attempts + 1,
             fencing_token = j.fencing_token + 1,
             lease_owner = claim_worker,

@@ -281,6 +281,8 @@ WITH reported AS (
 ), finished AS (
     UPDATE jobs AS j
     SET state = CASE WHEN j.cancel_requested THEN 'cancelled' ELSE 'succeeded' END::job_state,
+        -- Always a transition (from running): raised here rather than by the row trigger (migration 0023).
+        sequence = j.sequence + 1,
         finished_at = clock_timestamp(),
         lease_owner = NULL,
         lease_expires_at = NULL,
