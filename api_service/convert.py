@@ -108,10 +108,11 @@ def new_job_from_proto(
         deadline=_datetime(request, "deadline", prefix),
         resource_key=request.resource_key or None,
         resource_version=request.resource_version if request.resource_key else (request.resource_version or None),
-        depends_on=tuple(JobId(d) for d in request.depends_on),
-        labels=dict(request.labels),
+        # Most submissions carry none of these: an empty field is not copied (SubmitJobs of 1,000, per job).
+        depends_on=tuple(JobId(d) for d in request.depends_on) if request.depends_on else (),
+        labels=dict(request.labels) if request.labels else {},
         dedupe_by_input=request.dedupe_by_input,
-        limit_keys=tuple(request.limit_keys),
+        limit_keys=tuple(request.limit_keys) if request.limit_keys else (),
         trace_context=trace_context,
     )
 
