@@ -33,6 +33,30 @@ async def test_a_flooding_tenant_does_not_make_another_wait_behind_its_backlog(d
     assert {job.job_id for job in claimed if job.tenant == B} == {job.job_id for job in late[:2]}
 
 
+async def test_a_tenant_with_fewer_jobs_than_its_share_leaves_the_rest_of_the_batch_to_the_others(db):
+    # B runs nothing, so its share is the whole batch; it has one job, and A's take the other nine places.
+    await factories.insert_jobs(db, 30, tenant=A)
+    await factories.claim(db, limit=10)
+    (late,) = await factories.insert_jobs(db, 1, tenant=B)
+
+    claimed = await factories.claim(db, limit=10)
+
+    assert _tenants(claimed) == {A: 9, B: 1}
+    assert late.job_id in {job.job_id for job in claimed}
+
+
+async def test_every_job_of_the_top_priority_goes_before_any_of_a_lower_one_across_tenants(db):
+    # Both tenants' next jobs have priority 5, but A has only two: B's take the rest of the batch, and none
+    # of A's priority-0 jobs starts before B's priority-5 ones.
+    await factories.insert_jobs(db, 2, tenant=A, priority=5)
+    await factories.insert_jobs(db, 10, tenant=A)
+    await factories.insert_jobs(db, 10, tenant=B, priority=5)
+
+    claimed = await factories.claim(db, limit=10)
+
+    assert _tenants(claimed) == {A: 2, B: 8}
+
+
 async def test_tenants_share_in_proportion_to_their_weights(db, sync_db):
     await factories.insert_jobs(db, 50, tenant=A)
     await factories.insert_jobs(db, 50, tenant=B)
