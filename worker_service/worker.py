@@ -133,6 +133,8 @@ class Worker:
         )
         self._progress = ProgressReporter(api, interval_seconds=settings.progress_interval_seconds)
         self._active: dict[str, ActiveJob] = {}
+        # Read when scraped: set at every claim and every job's end it took a lock per job.
+        metrics.in_flight.set_function(lambda: len(self._active))
         # Twice the slots: a plain handler that ignores its stop keeps its thread after its slot is freed.
         self._executors = HandlerExecutors(threads=2 * settings.concurrency, preload_modules=settings.handler_modules)
         self._wake = asyncio.Event()
@@ -228,8 +230,6 @@ class Worker:
                 claimed = await self._claim(limit)
                 for job in claimed:
                     self._start(job)
-                if claimed:
-                    self._metrics.in_flight.set(len(self._active))
                 if claimed and len(claimed) == limit:
                     continue  # there may be more waiting
             if stop.is_set():
@@ -321,7 +321,6 @@ class Worker:
         finally:
             self._progress.forget(active.claimed.job_id)
             self._active.pop(active.claimed.job_id, None)
-            self._metrics.in_flight.set(len(self._active))
             self.wake()
 
     async def _execute_and_report(self, active: ActiveJob) -> None:
