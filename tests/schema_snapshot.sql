@@ -88,6 +88,18 @@ DECLARE
     only_kind text;
     top_priority integer;
     declared text[];
+    -- The limits in force on keys every job of the batch carries (its kind's and its tenant's), in the
+    -- order their locks are taken; and whether limits in force on other keys could bind a submission's own.
+    limited text[];
+    other_limits boolean;
+    keys_locked boolean := false;
+    limit_row record;
+    running_by_key jsonb;
+    at timestamptz;
+    -- Room left under the limits, once counted: for every job of the batch, and per tenant.
+    room integer;
+    tenant_room jsonb := '{}';
+    key_room integer;
     -- The tenants still taking part in the allocation, with their running jobs (this claim's included)
     -- and weights.
     live text[];
@@ -97,12 +109,15 @@ DECLARE
     share_counts bigint[];
     locked_ids uuid[];
     locked_tenants text[];
-    bounded boolean;
+    chosen_ids uuid[];
+    chosen_tenants text[];
+    got jsonb;
+    claimed_by_tenant jsonb := '{}';
+    needs_admission boolean;
     claimed integer := 0;
     rounds integer := 0;
 BEGIN
-    IF EXISTS (SELECT 1 FROM job_limits AS l WHERE l.max_running > 0 OR l.rate_per_second > 0)
-       OR EXISTS (SELECT 1 FROM job_key_state AS s WHERE s.held_until > clock_timestamp()) THEN
+    IF EXISTS (SELECT 1 FROM job_key_state AS s WHERE s.held_until > clock_timestamp()) THEN
         RETURN QUERY SELECT f.* FROM jobs_claim_fair(claim_worker, claim_kinds, claim_limit, claim_lease_seconds) AS f;
         RETURN;
     END IF;
@@ -154,24 +169,35 @@ BEGIN
     SELECT jk.limit_keys INTO declared
     FROM job_kinds AS jk
     WHERE jk.kind = only_kind AND jk.limit_keys <> '{}';
-    live := queue_tenants;
-    IF cardinality(live) > 1 THEN
-        SELECT array_agg(coalesce(r.n, 0) ORDER BY u.ord), array_agg(coalesce(w.weight, 1) ORDER BY u.ord)
-        INTO running, weights
-        FROM unnest(live) WITH ORDINALITY AS u(tenant, ord)
-        LEFT JOIN (SELECT j.tenant, count(*) AS n
-                   FROM jobs AS j
-                   WHERE j.state = 'running' AND j.tenant = ANY (live)
-                   GROUP BY j.tenant) AS r ON r.tenant = u.tenant
-        LEFT JOIN tenant_weights AS w ON w.tenant = u.tenant;
+    SELECT array_agg(l.key ORDER BY hashtext(l.key), l.key) INTO limited
+    FROM job_limits AS l
+    WHERE (l.max_running > 0 OR l.rate_per_second > 0)
+      AND (l.key = 'kind:' || only_kind OR l.key = ANY (coalesce(declared, '{}'))
+           OR l.key = ANY (ARRAY(SELECT 'tenant:' || q.tenant FROM unnest(queue_tenants) AS q(tenant))));
+    other_limits := EXISTS (SELECT 1 FROM job_limits AS l
+                            WHERE (l.max_running > 0 OR l.rate_per_second > 0)
+                              AND NOT l.key = ANY (coalesce(limited, '{}')));
+    IF limited IS NOT NULL AND current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'jobs_claim counts running jobs with a snapshot per statement: READ COMMITTED only';
     END IF;
+
+    live := queue_tenants;
+    SELECT array_agg(coalesce(r.n, 0) ORDER BY u.ord), array_agg(coalesce(w.weight, 1) ORDER BY u.ord)
+    INTO running, weights
+    FROM unnest(live) WITH ORDINALITY AS u(tenant, ord)
+    LEFT JOIN (SELECT j.tenant, count(*) AS n
+               FROM jobs AS j
+               WHERE cardinality(live) > 1 AND j.state = 'running' AND j.tenant = ANY (live)
+               GROUP BY j.tenant) AS r ON r.tenant = u.tenant
+    LEFT JOIN tenant_weights AS w ON w.tenant = u.tenant;
 
     LOOP
         rounds := rounds + 1;
         -- Each tenant's part of the rest of the batch: the smallest shares (running + n) / weight win.
         IF cardinality(live) = 1 THEN
             shares_of := live;
-            share_counts := ARRAY[claim_limit - claimed];
+            share_counts := ARRAY[least(claim_limit - claimed, coalesce(room, claim_limit),
+                                        coalesce((tenant_room ->> live[1])::integer, claim_limit))];
         ELSE
             SELECT array_agg(s.tenant), array_agg(s.n)
             INTO shares_of, share_counts
@@ -180,34 +206,92 @@ BEGIN
                         FROM unnest(live, running, weights) AS q(tenant, running, weight)
                         JOIN unnest(queue_tenants, head_ages) AS h(tenant, age) ON h.tenant = q.tenant
                         CROSS JOIN generate_series(1, claim_limit - claimed) AS i(n)
+                        WHERE i.n <= coalesce((tenant_room ->> q.tenant)::integer, claim_limit)
                         ORDER BY (q.running + i.n)::float8 / q.weight, h.age, q.tenant
-                        LIMIT claim_limit - claimed) AS c
+                        LIMIT least(claim_limit - claimed, coalesce(room, claim_limit))) AS c
                   GROUP BY c.tenant) AS s;
         END IF;
+        EXIT WHEN shares_of IS NULL;
 
-        SELECT coalesce(array_agg(l.job_id), '{}'), coalesce(array_agg(l.tenant), '{}'), coalesce(bool_or(l.bounds_itself), false)
-        INTO locked_ids, locked_tenants, bounded
-        FROM unnest(shares_of, share_counts) AS a(tenant, n)
+        -- Each part locked as it is read, in the tenant's queue order, past the rows racing claimers hold.
+        -- A job that bounds itself, or carries a key some other limit may bind, is the fair claim's to
+        -- admit: at the first round (no key locked yet) the batch goes there; later ones pass it over.
+        SELECT coalesce(array_agg(l.job_id ORDER BY a.ord, l.run_after, l.job_id), '{}'),
+               coalesce(array_agg(l.tenant ORDER BY a.ord, l.run_after, l.job_id), '{}'),
+               coalesce(bool_or(l.needs_admission), false)
+        INTO locked_ids, locked_tenants, needs_admission
+        FROM unnest(shares_of, share_counts) WITH ORDINALITY AS a(tenant, n, ord)
         CROSS JOIN LATERAL (
-            SELECT j.job_id, j.tenant, 0 < ANY (j.limit_key_bounds) AS bounds_itself
+            SELECT j.job_id, j.tenant, j.run_after,
+                   CASE WHEN other_limits THEN j.limit_keys <> '{}' ELSE 0 < ANY (j.limit_key_bounds) END
+                       AS needs_admission
             FROM jobs AS j
             WHERE j.state IN ('pending', 'retry_wait') AND j.kind = only_kind AND j.tenant = a.tenant
               AND j.priority = top_priority
               AND j.run_after <= clock_timestamp()
               AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+              AND (rounds = 1 OR NOT CASE WHEN other_limits THEN j.limit_keys <> '{}'
+                                          ELSE 0 < ANY (j.limit_key_bounds) END)
             ORDER BY j.priority DESC, j.run_after, j.job_id
             LIMIT a.n
             FOR UPDATE OF j SKIP LOCKED
         ) AS l;
 
-        IF bounded THEN
+        IF needs_admission THEN
             -- The rows locked here are this transaction's: the fair claim can take them.
             RETURN QUERY SELECT f.* FROM jobs_claim_fair(claim_worker, claim_kinds, claim_limit - claimed,
                                                          claim_lease_seconds) AS f;
             RETURN;
         END IF;
 
-        IF cardinality(locked_ids) > 0 THEN
+        IF limited IS NOT NULL AND NOT keys_locked THEN
+            -- The limits' keys, locked in the order every claim takes them (jobs_claim_admit's), then the
+            -- room under each counted in this statement's snapshot: what racing claimers started is in it.
+            FOR limit_row IN SELECT k.key FROM unnest(limited) AS k(key) LOOP
+                PERFORM pg_advisory_xact_lock(18, hashtext(limit_row.key));
+            END LOOP;
+            keys_locked := true;
+            SELECT coalesce(jsonb_object_agg(r.key, r.n), '{}') INTO running_by_key
+            FROM (SELECT rk AS key, count(*) AS n
+                  FROM jobs AS j, unnest(j.running_keys) AS rk
+                  WHERE j.state = 'running' AND rk = ANY (limited)
+                  GROUP BY rk) AS r;
+            at := clock_timestamp();
+            FOR limit_row IN
+                SELECT l.key, l.max_running, l.rate_per_second, l.burst, s.tokens, s.refilled_at
+                FROM job_limits AS l LEFT JOIN job_key_state AS s ON s.key = l.key
+                WHERE l.key = ANY (limited)
+            LOOP
+                key_room := NULL;
+                IF limit_row.max_running > 0 THEN
+                    key_room := limit_row.max_running - coalesce((running_by_key ->> limit_row.key)::integer, 0);
+                END IF;
+                IF limit_row.rate_per_second > 0 THEN
+                    key_room := least(coalesce(key_room, claim_limit), floor(jobs_bucket_tokens(
+                        limit_row.rate_per_second, limit_row.burst, limit_row.tokens, limit_row.refilled_at, at))::integer);
+                END IF;
+                key_room := greatest(key_room, 0);
+                IF limit_row.key = 'kind:' || only_kind OR limit_row.key = ANY (coalesce(declared, '{}')) THEN
+                    room := least(coalesce(room, key_room), key_room);  -- carried by every job of the batch
+                ELSE
+                    tenant_room := tenant_room || jsonb_build_object(substr(limit_row.key, 8), key_room);
+                END IF;
+            END LOOP;
+        END IF;
+
+        -- The locked rows that fit the room, by share, as the parts were made.
+        SELECT coalesce(array_agg(c.job_id), '{}'), coalesce(array_agg(c.tenant), '{}')
+        INTO chosen_ids, chosen_tenants
+        FROM (SELECT l.job_id, l.tenant
+              FROM (SELECT u.job_id, u.tenant, row_number() OVER (PARTITION BY u.tenant ORDER BY u.ord) AS n
+                    FROM unnest(locked_ids, locked_tenants) WITH ORDINALITY AS u(job_id, tenant, ord)) AS l
+              JOIN unnest(live, running, weights) AS q(tenant, running, weight) ON q.tenant = l.tenant
+              JOIN unnest(queue_tenants, head_ages) AS h(tenant, age) ON h.tenant = l.tenant
+              WHERE l.n <= coalesce((tenant_room ->> l.tenant)::integer, claim_limit)
+              ORDER BY (q.running + l.n)::float8 / q.weight, h.age, l.tenant
+              LIMIT least(claim_limit - claimed, coalesce(room, claim_limit))) AS c;
+
+        IF cardinality(chosen_ids) > 0 THEN
             RETURN QUERY
             UPDATE jobs AS j
             SET state = 'running',
@@ -223,29 +307,53 @@ BEGIN
                 transition_reason = 'claimed'
             -- By key, as an array: a join with the locked rows was planned (generically) as a hash join over
             -- the whole primary key.
-            WHERE j.job_id = ANY (locked_ids)
+            WHERE j.job_id = ANY (chosen_ids)
             RETURNING j.job_id, j.tenant, j.kind, j.payload, j.attempts, j.max_attempts, j.fencing_token,
                       j.lease_expires_at, j.created_at, greatest(j.run_after, j.created_at), j.started_at,
                       j.traceparent, j.tracestate;
-            claimed := claimed + cardinality(locked_ids);
+            claimed := claimed + cardinality(chosen_ids);
+            SELECT coalesce(jsonb_object_agg(c.tenant, c.n), '{}') INTO got
+            FROM (SELECT u.tenant, count(*) AS n FROM unnest(chosen_tenants) AS u(tenant) GROUP BY u.tenant) AS c;
+            claimed_by_tenant := (SELECT jsonb_object_agg(u.tenant, coalesce((claimed_by_tenant ->> u.tenant)::integer, 0)
+                                                                    + coalesce((got ->> u.tenant)::integer, 0))
+                                  FROM unnest(queue_tenants) AS u(tenant));
+            room := room - cardinality(chosen_ids);
+            tenant_room := (SELECT coalesce(jsonb_object_agg(e.key, e.value::integer - coalesce((got ->> e.key)::integer, 0)), '{}')
+                            FROM jsonb_each_text(tenant_room) AS e);
+        ELSE
+            got := '{}';
         END IF;
 
-        EXIT WHEN claimed >= claim_limit OR rounds >= 3;
+        EXIT WHEN claimed >= claim_limit OR rounds >= 3 OR room = 0;
         -- A tenant that got less than its part has no more rows to claim now (or racing claimers hold
         -- them); the others (those given no part too) share what is left, their running counts raised by
         -- what they got.
-        SELECT array_agg(q.tenant ORDER BY q.ord), array_agg(q.running + g.n ORDER BY q.ord),
+        SELECT array_agg(q.tenant ORDER BY q.ord),
+               array_agg(q.running + coalesce((got ->> q.tenant)::integer, 0) ORDER BY q.ord),
                array_agg(q.weight ORDER BY q.ord)
         INTO live, running, weights
-        FROM unnest(live, coalesce(running, array_fill(0::bigint, ARRAY[cardinality(live)])),
-                    coalesce(weights, array_fill(1, ARRAY[cardinality(live)])))
-             WITH ORDINALITY AS q(tenant, running, weight, ord)
+        FROM unnest(live, running, weights) WITH ORDINALITY AS q(tenant, running, weight, ord)
         LEFT JOIN unnest(shares_of, share_counts) AS a(tenant, n) ON a.tenant = q.tenant
         CROSS JOIN LATERAL (SELECT count(*) AS n FROM unnest(locked_tenants) AS t(tenant)
                             WHERE t.tenant = q.tenant) AS g
-        WHERE g.n >= coalesce(a.n, 0);
+        -- ... and a tenant whose own limit is full takes no more.
+        WHERE g.n >= coalesce(a.n, 0) AND coalesce((tenant_room ->> q.tenant)::integer, 1) > 0;
         EXIT WHEN live IS NULL;
     END LOOP;
+
+    IF keys_locked AND claimed > 0 THEN
+        -- Tokens taken from each rate-limited key, by the clock the room was computed with.
+        INSERT INTO job_key_state AS s (key, tokens, refilled_at)
+        SELECT l.key, jobs_bucket_tokens(l.rate_per_second, l.burst, s0.tokens, s0.refilled_at, at) - t.n, at
+        FROM (SELECT k.key, CASE WHEN k.key = 'kind:' || only_kind OR k.key = ANY (coalesce(declared, '{}'))
+                                 THEN claimed
+                                 ELSE coalesce((claimed_by_tenant ->> substr(k.key, 8))::integer, 0) END AS n
+              FROM unnest(limited) AS k(key)) AS t
+        JOIN job_limits AS l ON l.key = t.key
+        LEFT JOIN job_key_state AS s0 ON s0.key = l.key
+        WHERE l.rate_per_second > 0 AND t.n > 0
+        ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at;
+    END IF;
 END
 $$;
 

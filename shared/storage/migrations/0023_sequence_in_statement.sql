@@ -1,6 +1,6 @@
 -- A job's `sequence` rises by one with every change of its state or cancel request (0001's row trigger),
 -- and the history records exactly the rows where it rose (0020). The statements that make most
--- transitions, the claim of one queue (0022) and the completion batch, now raise it themselves in the row
+-- transitions, the claim in one pass (0022) and the completion batch, now raise it themselves in the row
 -- they write, and the trigger is called only for a row whose statement did not write what the rule says.
 -- It then writes it, whatever the statement wrote: so the rule holds for every statement and every role,
 -- and a worker may write the column (its claim does) without being able to set it to anything else.
