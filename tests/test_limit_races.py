@@ -94,3 +94,48 @@ async def test_racing_claimers_run_one_job_of_a_document_at_a_time(db, database_
     assert sum(1 for n in per_claimer if n) > 1, "the claimers never actually overlapped"
     for doc in (0, 1):
         assert _most_running_at_once(sync_db, f"limit_keys = ARRAY['tenant:tenant-a/doc:{doc}']") == 1
+
+
+def _claim_in_open_transaction(url: str, limit: int, timeout_ms: int) -> tuple[psycopg.Connection, int | None]:
+    """Claims on a connection of its own and keeps the transaction open; None when it had to wait."""
+    conn = psycopg.connect(url)
+    conn.execute(f"SET statement_timeout = {timeout_ms}")
+    try:
+        claimed = conn.execute("SELECT * FROM jobs_claim('w', ARRAY['echo'], %s, 60)", (limit,)).fetchall()
+    except psycopg.errors.QueryCanceled:
+        conn.rollback()
+        return conn, None
+    return conn, len(claimed)
+
+
+async def test_claims_under_a_limit_with_room_for_every_connection_do_not_wait_for_each_other(
+    db, database_url, sync_db
+):
+    # Room for every connection's claim: the key's lock is shared, so a second claim runs while the first
+    # one's transaction is still open. (Each takes at most its count of the room over max_connections.)
+    max_connections = int(sync_db.one("SHOW max_connections")["max_connections"])
+    factories.set_limit(sync_db, "kind:echo", max_running=max_connections * 10 * 2)
+    await factories.insert_jobs(db, 20)
+
+    first, taken = _claim_in_open_transaction(database_url, 10, 60_000)
+    try:
+        second, also = _claim_in_open_transaction(database_url, 10, 2_000)
+        second.close()
+    finally:
+        first.close()
+
+    assert (taken, also) == (10, 10)
+
+
+async def test_a_claim_near_a_limit_waits_for_the_claim_holding_its_key(db, database_url, sync_db):
+    factories.set_limit(sync_db, "kind:echo", max_running=15)
+    await factories.insert_jobs(db, 20)
+
+    first, taken = _claim_in_open_transaction(database_url, 10, 60_000)
+    try:
+        second, also = _claim_in_open_transaction(database_url, 10, 500)
+        second.close()
+    finally:
+        first.close()
+
+    assert (taken, also) == (10, None)

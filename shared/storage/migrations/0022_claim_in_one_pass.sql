@@ -21,6 +21,26 @@
 -- shares go to the tenant whose next job is older.
 ALTER FUNCTION jobs_claim(text, text[], integer, double precision) RENAME TO jobs_claim_fair;
 
+-- The room under each of `keys`' limits at `at`: the jobs that may still start under it now (the fewer of
+-- its running slots and its whole tokens, for the limits it has).
+CREATE FUNCTION jobs_claim_room(keys text[], at timestamptz) RETURNS jsonb
+    LANGUAGE sql STABLE
+    SET search_path = public, pg_temp
+    AS $$
+        SELECT coalesce(jsonb_object_agg(l.key, greatest(0, least(
+                   CASE WHEN l.max_running > 0 THEN l.max_running - coalesce(r.n, 0) END,
+                   CASE WHEN l.rate_per_second > 0
+                        THEN floor(jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)) END))),
+                        '{}')
+        FROM job_limits AS l
+        LEFT JOIN job_key_state AS s ON s.key = l.key
+        LEFT JOIN (SELECT rk AS key, count(*) AS n
+                   FROM jobs AS j, unnest(j.running_keys) AS rk
+                   WHERE j.state = 'running' AND rk = ANY (keys)
+                   GROUP BY rk) AS r ON r.key = l.key
+        WHERE l.key = ANY (keys) AND (l.max_running > 0 OR l.rate_per_second > 0)
+    $$;
+
 CREATE FUNCTION jobs_claim(claim_worker text, claim_kinds text[], claim_limit integer,
                            claim_lease_seconds double precision)
     RETURNS TABLE (job_id uuid, tenant text, kind text, payload bytea, attempts integer, max_attempts integer,
@@ -50,7 +70,9 @@ DECLARE
     other_limits boolean;
     keys_locked boolean := false;
     limit_row record;
-    running_by_key jsonb;
+    key_rooms jsonb;
+    holders integer;
+    shared_keys text[] := '{}';
     at timestamptz;
     -- Room left under the limits, once counted: for every job of the batch, and per tenant.
     room integer;
@@ -201,32 +223,31 @@ BEGIN
         END IF;
 
         IF limited IS NOT NULL AND NOT keys_locked THEN
-            -- The limits' keys, locked in the order every claim takes them (jobs_claim_admit's), then the
-            -- room under each counted in this statement's snapshot: what racing claimers started is in it.
+            -- The limits' keys are locked in the order every claim takes them (jobs_claim_admit's), then the
+            -- room under each is counted in this statement's snapshot, which holds what racing claimers
+            -- started. A key with room to spare is locked shared: no more than `max_connections` claims run
+            -- at once, so claims that each take at most their count of the room divided by that cannot
+            -- together take more than the room, and they need not wait for each other. Which keys have it
+            -- is judged first without the locks; a key near its bound is locked alone, as in the fair claim.
+            holders := current_setting('max_connections')::integer;
+            at := clock_timestamp();
+            key_rooms := jobs_claim_room(limited, at);
             FOR limit_row IN SELECT k.key FROM unnest(limited) AS k(key) LOOP
-                PERFORM pg_advisory_xact_lock(18, hashtext(limit_row.key));
+                IF (key_rooms ->> limit_row.key)::bigint >= holders::bigint * claim_limit THEN
+                    shared_keys := shared_keys || limit_row.key;
+                    PERFORM pg_advisory_xact_lock_shared(18, hashtext(limit_row.key));
+                ELSE
+                    PERFORM pg_advisory_xact_lock(18, hashtext(limit_row.key));
+                END IF;
             END LOOP;
             keys_locked := true;
-            SELECT coalesce(jsonb_object_agg(r.key, r.n), '{}') INTO running_by_key
-            FROM (SELECT rk AS key, count(*) AS n
-                  FROM jobs AS j, unnest(j.running_keys) AS rk
-                  WHERE j.state = 'running' AND rk = ANY (limited)
-                  GROUP BY rk) AS r;
             at := clock_timestamp();
-            FOR limit_row IN
-                SELECT l.key, l.max_running, l.rate_per_second, l.burst, s.tokens, s.refilled_at
-                FROM job_limits AS l LEFT JOIN job_key_state AS s ON s.key = l.key
-                WHERE l.key = ANY (limited)
-            LOOP
-                key_room := NULL;
-                IF limit_row.max_running > 0 THEN
-                    key_room := limit_row.max_running - coalesce((running_by_key ->> limit_row.key)::integer, 0);
+            key_rooms := jobs_claim_room(limited, at);
+            FOR limit_row IN SELECT k.key FROM unnest(limited) AS k(key) LOOP
+                key_room := (key_rooms ->> limit_row.key)::integer;
+                IF limit_row.key = ANY (shared_keys) THEN
+                    key_room := key_room / holders;
                 END IF;
-                IF limit_row.rate_per_second > 0 THEN
-                    key_room := least(coalesce(key_room, claim_limit), floor(jobs_bucket_tokens(
-                        limit_row.rate_per_second, limit_row.burst, limit_row.tokens, limit_row.refilled_at, at))::integer);
-                END IF;
-                key_room := greatest(key_room, 0);
                 IF limit_row.key = 'kind:' || only_kind OR limit_row.key = ANY (coalesce(declared, '{}')) THEN
                     room := least(coalesce(room, key_room), key_room);  -- carried by every job of the batch
                 ELSE
@@ -298,17 +319,25 @@ BEGIN
     END LOOP;
 
     IF keys_locked AND claimed > 0 THEN
-        -- Tokens taken from each rate-limited key, by the clock the room was computed with.
-        INSERT INTO job_key_state AS s (key, tokens, refilled_at)
-        SELECT l.key, jobs_bucket_tokens(l.rate_per_second, l.burst, s0.tokens, s0.refilled_at, at) - t.n, at
+        -- Tokens taken from each rate-limited key, by the clock the room was computed with. From the row as
+        -- it is when this claim gets to it: claims sharing a key's lock charge it one after another.
+        INSERT INTO job_key_state (key)
+        SELECT l.key
+        FROM job_limits AS l
+        -- Tried only for a key with no state yet: an insert meeting a row another claim is charging would
+        -- wait for that claim to commit.
+        WHERE l.key = ANY (limited) AND l.rate_per_second > 0
+          AND NOT EXISTS (SELECT 1 FROM job_key_state AS s WHERE s.key = l.key)
+        ON CONFLICT (key) DO NOTHING;
+        UPDATE job_key_state AS s
+        SET tokens = jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, at) - t.n,
+            refilled_at = at
         FROM (SELECT k.key, CASE WHEN k.key = 'kind:' || only_kind OR k.key = ANY (coalesce(declared, '{}'))
                                  THEN claimed
                                  ELSE coalesce((claimed_by_tenant ->> substr(k.key, 8))::integer, 0) END AS n
               FROM unnest(limited) AS k(key)) AS t
         JOIN job_limits AS l ON l.key = t.key
-        LEFT JOIN job_key_state AS s0 ON s0.key = l.key
-        WHERE l.rate_per_second > 0 AND t.n > 0
-        ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at;
+        WHERE s.key = t.key AND l.rate_per_second > 0 AND t.n > 0;
     END IF;
 END
 $$;
@@ -317,5 +346,6 @@ DO $$
 BEGIN
     IF pg_has_role(current_user, 'jobs_migrator', 'MEMBER') THEN
         ALTER FUNCTION jobs_claim(text, text[], integer, double precision) OWNER TO jobs_migrator;
+        ALTER FUNCTION jobs_claim_room(text[], timestamptz) OWNER TO jobs_migrator;
     END IF;
 END $$;
