@@ -122,10 +122,11 @@ async def _trickle_waits(url: str, tenant: str, jobs: int, every_seconds: float)
 async def tenant_wait_under_flood(url_solo: str, url_flood: str) -> dict[str, float]:
     """Tenant B's p99 wait while tenant A's flood is queued, against B alone. Claimers hold each batch for
     5 ms (the handlers' run time), so the flood keeps them busy for the whole measurement; B submits one
-    job every 5 ms, so that the flood outlasts B's submissions (`flood_left` says by how much)."""
+    job every 2 ms, so that the flood outlasts B's submissions (`flood_left` says by how much: at 5 ms the
+    claim in one pass drained it before B's last ones)."""
     flood = env_int("BENCH_FLOOD_JOBS", 100_000)
     # A thousand waits a side, so that each p99 is the tenth-longest wait, not the second.
-    b_jobs, every = env_int("BENCH_FAIR_B_JOBS", 1000), 0.005
+    b_jobs, every = env_int("BENCH_FAIR_B_JOBS", 1000), 0.002
     results: dict[str, float] = {"flood_jobs": flood}
     for label, url in (("solo", url_solo), ("flood", url_flood)):
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
