@@ -57,6 +57,18 @@ async def test_every_job_of_the_top_priority_goes_before_any_of_a_lower_one_acro
     assert _tenants(claimed) == {A: 2, B: 8}
 
 
+async def test_a_batch_goes_on_to_the_next_priority_once_no_tenant_has_more_at_the_first(db):
+    await factories.insert_jobs(db, 1, tenant=A, priority=5)
+    lower = await factories.insert_jobs(db, 3, tenant=A, priority=-1)
+    await factories.insert_jobs(db, 1, tenant=B, priority=5)
+
+    claimed = await factories.claim(db, limit=10)
+
+    assert _tenants(claimed) == {A: 4, B: 1}
+    # The priority-5 jobs in the first statement, the lower ones after them.
+    assert {job.job_id for job in claimed[2:]} == {job.job_id for job in lower}
+
+
 async def test_tenants_share_in_proportion_to_their_weights(db, sync_db):
     await factories.insert_jobs(db, 50, tenant=A)
     await factories.insert_jobs(db, 50, tenant=B)

@@ -4,8 +4,8 @@
 -- n-th next job has the share (running + n) / weight, so how many of the batch each tenant gets follows
 -- from its running count and its weight alone. Each tenant's part is locked as it is read, in its queue's
 -- order, skipping the rows racing claimers hold: one pass over the rows claimed, as the FIFO claim before
--- 0017 made. A tenant with fewer runnable rows than its part leaves the rest to the others, in up to
--- three rounds.
+-- 0017 made. A tenant with fewer runnable rows than its part leaves the rest to the others, and when no
+-- tenant has more at that priority the next priority down is shared the same way (up to six rounds).
 -- Limits on the keys every job of the batch carries (`kind:<kind>`, the keys the kind declares, each
 -- `tenant:<tenant>`) are enforced as jobs_claim_admit enforces them: their keys locked in the same order
 -- (so the two cannot deadlock), running jobs counted and tokens refilled after the locks, and no more
@@ -83,6 +83,8 @@ DECLARE
     live text[];
     running bigint[];
     weights integer[];
+    all_running bigint[];
+    all_weights integer[];
     shares_of text[];
     share_counts bigint[];
     locked_ids uuid[];
@@ -168,6 +170,8 @@ BEGIN
                WHERE cardinality(live) > 1 AND j.state = 'running' AND j.tenant = ANY (live)
                GROUP BY j.tenant) AS r ON r.tenant = u.tenant
     LEFT JOIN tenant_weights AS w ON w.tenant = u.tenant;
+    all_running := running;
+    all_weights := weights;
 
     LOOP
         rounds := rounds + 1;
@@ -301,7 +305,7 @@ BEGIN
             got := '{}';
         END IF;
 
-        EXIT WHEN claimed >= claim_limit OR rounds >= 3 OR room = 0;
+        EXIT WHEN claimed >= claim_limit OR rounds >= 6 OR room = 0;
         -- A tenant that got less than its part has no more rows to claim now (or racing claimers hold
         -- them); the others (those given no part too) share what is left, their running counts raised by
         -- what they got.
@@ -315,7 +319,30 @@ BEGIN
                             WHERE t.tenant = q.tenant) AS g
         -- ... and a tenant whose own limit is full takes no more.
         WHERE g.n >= coalesce(a.n, 0) AND coalesce((tenant_room ->> q.tenant)::integer, 1) > 0;
-        EXIT WHEN live IS NULL;
+        IF live IS NULL THEN
+            -- No tenant has more jobs at this priority: the next one down, if any, for every tenant again,
+            -- with the running counts this claim raised (the same keys, so the same locks, bound them).
+            SELECT max(n.priority) INTO top_priority
+            FROM unnest(queue_tenants) AS q(tenant)
+            CROSS JOIN LATERAL (
+                SELECT j.priority
+                FROM jobs AS j
+                WHERE j.state IN ('pending', 'retry_wait') AND j.kind = only_kind AND j.tenant = q.tenant
+                  AND j.priority < top_priority
+                  AND j.run_after <= clock_timestamp()
+                  AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+                ORDER BY j.priority DESC, j.run_after, j.job_id
+                LIMIT 1
+            ) AS n;
+            EXIT WHEN top_priority IS NULL;
+            SELECT array_agg(u.tenant ORDER BY u.ord),
+                   array_agg(u.running + coalesce((claimed_by_tenant ->> u.tenant)::integer, 0) ORDER BY u.ord),
+                   array_agg(u.weight ORDER BY u.ord)
+            INTO live, running, weights
+            FROM unnest(queue_tenants, all_running, all_weights) WITH ORDINALITY AS u(tenant, running, weight, ord)
+            WHERE coalesce((tenant_room ->> u.tenant)::integer, 1) > 0;
+            EXIT WHEN live IS NULL;
+        END IF;
     END LOOP;
 
     IF keys_locked AND claimed > 0 THEN
