@@ -18,7 +18,7 @@ from psycopg.rows import dict_row
 
 from shared.domain.ids import TenantId
 from shared.domain.jobs import Completion
-from shared.storage import lease_store
+from shared.storage import lease_store, queries
 from tests import factories
 
 pytestmark = pytest.mark.timeout(120)
@@ -101,7 +101,9 @@ def _claim_in_open_transaction(url: str, limit: int, timeout_ms: int) -> tuple[p
     conn = psycopg.connect(url)
     conn.execute(f"SET statement_timeout = {timeout_ms}")
     try:
-        claimed = conn.execute("SELECT * FROM jobs_claim('w', ARRAY['echo'], %s, 60)", (limit,)).fetchall()
+        claimed = conn.execute(
+            queries.JOB_CLAIM_BATCH, {"worker_id": "w", "kinds": ["echo"], "limit": limit, "lease_seconds": 60}
+        ).fetchall()
     except psycopg.errors.QueryCanceled:
         conn.rollback()
         return conn, None

@@ -21,6 +21,13 @@
 -- shares go to the tenant whose next job is older.
 ALTER FUNCTION jobs_claim(text, text[], integer, double precision) RENAME TO jobs_claim_fair;
 
+-- Whether a runnable job must be admitted by the fair claim: it bounds itself (a submission's `@N`), or,
+-- while limits are in force on keys other than its kind's and its tenant's, it carries a submission key.
+CREATE FUNCTION jobs_claim_needs_admission(own_keys text[], own_bounds integer[], other_limits boolean)
+    RETURNS boolean
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT CASE WHEN other_limits THEN own_keys <> '{}' ELSE 0 < ANY (own_bounds) END $$;
+
 -- The room under each of `keys`' limits at `at`: the jobs that may still start under it now (the fewer of
 -- its running slots and its whole tokens, for the limits it has).
 CREATE FUNCTION jobs_claim_room(keys text[], at timestamptz) RETURNS jsonb
@@ -64,6 +71,8 @@ DECLARE
     only_kind text;
     top_priority integer;
     declared text[];
+    -- The keys every job of the batch carries whatever its tenant: its kind's and the ones the kind declares.
+    kind_keys text[];
     -- The limits in force on keys every job of the batch carries (its kind's and its tenant's), in the
     -- order their locks are taken; and whether limits in force on other keys could bind a submission's own.
     limited text[];
@@ -149,14 +158,14 @@ BEGIN
     SELECT jk.limit_keys INTO declared
     FROM job_kinds AS jk
     WHERE jk.kind = only_kind AND jk.limit_keys <> '{}';
-    SELECT array_agg(l.key ORDER BY hashtext(l.key), l.key) INTO limited
+    kind_keys := ARRAY['kind:' || only_kind] || coalesce(declared, '{}');
+    SELECT array_agg(l.key ORDER BY hashtext(l.key), l.key) FILTER (WHERE l.key = ANY (c.keys)),
+           coalesce(bool_or(NOT l.key = ANY (c.keys)), false)
+    INTO limited, other_limits
     FROM job_limits AS l
-    WHERE (l.max_running > 0 OR l.rate_per_second > 0)
-      AND (l.key = 'kind:' || only_kind OR l.key = ANY (coalesce(declared, '{}'))
-           OR l.key = ANY (ARRAY(SELECT 'tenant:' || q.tenant FROM unnest(queue_tenants) AS q(tenant))));
-    other_limits := EXISTS (SELECT 1 FROM job_limits AS l
-                            WHERE (l.max_running > 0 OR l.rate_per_second > 0)
-                              AND NOT l.key = ANY (coalesce(limited, '{}')));
+    CROSS JOIN (SELECT kind_keys || ARRAY(SELECT 'tenant:' || q.tenant FROM unnest(queue_tenants) AS q(tenant))
+                    AS keys) AS c
+    WHERE l.max_running > 0 OR l.rate_per_second > 0;
     IF limited IS NOT NULL AND current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'jobs_claim counts running jobs with a snapshot per statement: READ COMMITTED only';
     END IF;
@@ -205,15 +214,13 @@ BEGIN
         FROM unnest(shares_of, share_counts) WITH ORDINALITY AS a(tenant, n, ord)
         CROSS JOIN LATERAL (
             SELECT j.job_id, j.tenant, j.run_after,
-                   CASE WHEN other_limits THEN j.limit_keys <> '{}' ELSE 0 < ANY (j.limit_key_bounds) END
-                       AS needs_admission
+                   jobs_claim_needs_admission(j.limit_keys, j.limit_key_bounds, other_limits) AS needs_admission
             FROM jobs AS j
             WHERE j.state IN ('pending', 'retry_wait') AND j.kind = only_kind AND j.tenant = a.tenant
               AND j.priority = top_priority
               AND j.run_after <= clock_timestamp()
               AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
-              AND (rounds = 1 OR NOT CASE WHEN other_limits THEN j.limit_keys <> '{}'
-                                          ELSE 0 < ANY (j.limit_key_bounds) END)
+              AND (rounds = 1 OR NOT jobs_claim_needs_admission(j.limit_keys, j.limit_key_bounds, other_limits))
             ORDER BY j.priority DESC, j.run_after, j.job_id
             LIMIT a.n
             FOR UPDATE OF j SKIP LOCKED
@@ -252,7 +259,7 @@ BEGIN
                 IF limit_row.key = ANY (shared_keys) THEN
                     key_room := key_room / holders;
                 END IF;
-                IF limit_row.key = 'kind:' || only_kind OR limit_row.key = ANY (coalesce(declared, '{}')) THEN
+                IF limit_row.key = ANY (kind_keys) THEN
                     room := least(coalesce(room, key_room), key_room);  -- carried by every job of the batch
                 ELSE
                     tenant_room := tenant_room || jsonb_build_object(substr(limit_row.key, 8), key_room);
@@ -359,7 +366,7 @@ BEGIN
         UPDATE job_key_state AS s
         SET tokens = jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, at) - t.n,
             refilled_at = at
-        FROM (SELECT k.key, CASE WHEN k.key = 'kind:' || only_kind OR k.key = ANY (coalesce(declared, '{}'))
+        FROM (SELECT k.key, CASE WHEN k.key = ANY (kind_keys)
                                  THEN claimed
                                  ELSE coalesce((claimed_by_tenant ->> substr(k.key, 8))::integer, 0) END AS n
               FROM unnest(limited) AS k(key)) AS t
@@ -374,5 +381,6 @@ BEGIN
     IF pg_has_role(current_user, 'jobs_migrator', 'MEMBER') THEN
         ALTER FUNCTION jobs_claim(text, text[], integer, double precision) OWNER TO jobs_migrator;
         ALTER FUNCTION jobs_claim_room(text[], timestamptz) OWNER TO jobs_migrator;
+        ALTER FUNCTION jobs_claim_needs_admission(text[], integer[], boolean) OWNER TO jobs_migrator;
     END IF;
 END $$;
