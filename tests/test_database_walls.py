@@ -4,7 +4,6 @@ so a test as one of them would prove nothing)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import psycopg
@@ -21,7 +20,7 @@ from shared.domain.errors import NotFound
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import Completion, JobState, LeaseRef, ListFilter, ReportOutcome
 from shared.domain.submission_rules import SubmissionLimits
-from shared.storage import checkpoint_store, job_store, lease_store, queries, receipt_store, retention
+from shared.storage import checkpoint_store, lease_store, queries, receipt_store, retention
 from shared.storage.database import Database, PoolSettings, set_tenant
 from tests import factories
 from tests.database_roles import ServiceLogins
@@ -143,34 +142,6 @@ async def test_the_tenant_can_be_switched_inside_one_transaction(db, api_db):
             cur = await conn.execute("SELECT tenant FROM jobs")
             seen.append([r["tenant"] for r in await cur.fetchall()])
     assert seen == [[GLOBEX], [ACME], [GLOBEX]]
-
-
-async def test_plain_submissions_stored_by_one_statement_outside_a_transaction_stay_in_their_tenant(db, api_db):
-    """A group of one caller's plain submissions is a single insert that scopes itself, with no transaction
-    around it: each tenant's rows are its own, and the scope ends with the statement."""
-    await factories.published_kinds(db)
-    submissions = SubmissionService(api_db, KindCatalog(api_db), SubmissionLimits())
-    outcomes = await asyncio.gather(
-        *(
-            submissions.submit(tenant, f"tenant:{tenant}", factories.new_job(payload=b"%d" % n))
-            for n in range(20)
-            for tenant in (ACME, GLOBEX)
-        )
-    )
-    assert sorted(o.job.tenant for o in outcomes) == [ACME] * 20 + [GLOBEX] * 20
-
-    async with api_db.autocommit() as conn:
-        await job_store.insert_many(
-            conn, ACME, "tenant:acme", [job_store.PlainInsert(factories.new_job(), 3, 1.0, 60.0)]
-        )
-        cur = await conn.execute("SELECT coalesce(current_setting('jobs.tenant', true), '') AS scope")
-        assert (await cur.fetchone())["scope"] == ""
-    for tenant, expected in ((ACME, 21), (GLOBEX, 20)):
-        async with api_db.transaction(tenant) as conn:
-            cur = await conn.execute(
-                "SELECT count(*) AS n, count(*) FILTER (WHERE tenant <> %s) AS others FROM jobs", (tenant,)
-            )
-            assert await cur.fetchone() == {"n": expected, "others": 0}
 
 
 async def test_the_use_cases_run_as_jobs_api_and_never_cross_the_wall(db, api_db, worker_db):

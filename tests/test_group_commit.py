@@ -6,12 +6,11 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 
-import psycopg
 import pytest
 
 from api_service.usecases.group_commit import GroupCommitter, each_alone
 from api_service.usecases.submission import SubmissionService
-from shared.domain.errors import AlreadyExists, InvalidArgument, JobsError, StatementLost
+from shared.domain.errors import AlreadyExists, InvalidArgument, JobsError
 from shared.domain.ids import TenantId
 from shared.domain.submission_rules import SubmissionLimits
 from shared.storage.database import Connection, Database
@@ -200,120 +199,3 @@ async def test_more_flushers_start_when_a_whole_batch_is_waiting(db):
     await _callers_in_turn(committer, callers=16, rounds=3)
 
     assert work.most_open > 1
-
-
-class _DatabaseCountingTransactions(Database):
-    """The test's pool, counting the transactions and the statements that commit by themselves it opens."""
-
-    def __init__(self, db: Database) -> None:  # the pool is the wrapped one's; nothing else is used
-        self._db = db
-        self.transactions = 0
-        self.autocommits = 0
-
-    @contextlib.asynccontextmanager
-    async def transaction(self, tenant: str | None = None) -> AsyncIterator[Connection]:
-        self.transactions += 1
-        async with self._db.transaction(tenant) as conn:
-            yield conn
-
-    @contextlib.asynccontextmanager
-    async def autocommit(self) -> AsyncIterator[Connection]:
-        self.autocommits += 1
-        async with self._db.autocommit() as conn:
-            yield conn
-
-
-async def test_a_group_of_one_callers_plain_submissions_is_one_statement_without_a_transaction(db, sync_db):
-    counting = _DatabaseCountingTransactions(db)
-    service = SubmissionService(counting, await factories.published_kinds(db), SubmissionLimits())
-
-    outcomes = await asyncio.gather(
-        *(service.submit(TENANT, ACTOR, factories.new_job(payload=b"%d" % i)) for i in range(CONCURRENT_SUBMITS))
-    )
-
-    assert all(o.created and o.job.tenant == TENANT for o in outcomes)
-    assert sync_db.one("SELECT count(*) AS n FROM jobs WHERE tenant = %s", (TENANT,))["n"] == CONCURRENT_SUBMITS
-    assert counting.transactions == 0
-    assert 1 <= counting.autocommits < CONCURRENT_SUBMITS / 2
-    # A keyed submission needs lookups before its insert: its group takes a transaction.
-    await service.submit(TENANT, ACTOR, factories.new_job(idempotency_key="k"))
-    assert counting.transactions == 1
-
-
-async def test_a_refused_statement_runs_each_item_of_its_group_alone(db):
-    statements: list[list[str]] = []
-
-    def one_statement(tags: Sequence[str]):
-        async def statement(conn: Connection) -> list[str]:
-            statements.append(list(tags))
-            await conn.execute("SELECT 1 / %s", (0 if "bad" in tags else 1,))
-            return list(tags)
-
-        return statement
-
-    def select(tag: str):
-        async def work(conn):
-            if tag == "bad":
-                await conn.execute("SELECT 1 / 0")
-            return tag
-
-        return work
-
-    committer: GroupCommitter = GroupCommitter(
-        db,
-        lambda conn, tags: each_alone(conn, [select(tag) for tag in tags]),
-        flushers=1,
-        one_statement=one_statement,
-    )
-    first = asyncio.create_task(committer.run("first"))
-    await asyncio.sleep(0)  # the flusher takes "first" alone; the rest arrive while it runs
-    rest = [asyncio.create_task(committer.run(tag)) for tag in ("a", "bad", "b")]
-
-    assert await first == "first"
-    answers = await asyncio.gather(*rest, return_exceptions=True)
-    assert answers[0] == "a" and answers[2] == "b"
-    assert isinstance(answers[1], InvalidArgument)
-    assert statements == [["first"], ["a", "bad", "b"], ["a"], ["bad"], ["b"]]
-
-
-async def _backend_waiting_for_a_lock(sync_db, query_part: str) -> int:
-    async with asyncio.timeout(10):
-        while True:
-            row = sync_db.one(
-                "SELECT coalesce(max(pid), 0) AS pid FROM pg_stat_activity"
-                " WHERE wait_event_type = 'Lock' AND query LIKE %s",
-                ("%" + query_part + "%",),
-            )
-            if row["pid"]:
-                return row["pid"]
-            await asyncio.sleep(0.01)
-
-
-async def test_a_statement_lost_with_its_connection_is_indeterminate_and_never_made_again(
-    service, database_url, sync_db
-):
-    with psycopg.connect(database_url) as locker:
-        # Holds inserts into jobs back, so the group's statement is in flight when its connection dies.
-        locker.execute("LOCK TABLE jobs IN SHARE MODE")
-        first = asyncio.create_task(service.submit(TENANT, ACTOR, factories.new_job(payload=b"first")))
-        sync_db.execute(
-            "SELECT pg_terminate_backend(%s)",
-            (await _backend_waiting_for_a_lock(sync_db, "WITH scope AS MATERIALIZED"),),
-        )
-        with pytest.raises(StatementLost):
-            await first
-        group = [
-            asyncio.create_task(service.submit(TENANT, ACTOR, factories.new_job(payload=b"%d" % i))) for i in range(3)
-        ]
-        sync_db.execute(
-            "SELECT pg_terminate_backend(%s)",
-            (await _backend_waiting_for_a_lock(sync_db, "WITH scope AS MATERIALIZED"),),
-        )
-        answers = await asyncio.gather(*group, return_exceptions=True)
-        # Made again, alone or together, the submissions would wait here, then be stored once the lock goes.
-        await asyncio.sleep(0.2)
-        locker.rollback()
-
-    assert all(isinstance(a, StatementLost) for a in answers), answers
-    await asyncio.sleep(0.2)
-    assert sync_db.one("SELECT count(*) AS n FROM jobs")["n"] == 0

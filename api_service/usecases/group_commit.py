@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from shared.domain.errors import JobsError, StatementLost
+from shared.domain.errors import JobsError
 from shared.storage.database import Connection, Database
 
 K = TypeVar("K")
@@ -22,9 +22,6 @@ FLUSHERS_DEFAULT = 4
 # Runs a group's items in one open transaction; per item a result, or the domain error refusing
 # that item alone. Database errors must propagate: they roll the whole group back.
 BatchWork = Callable[[Connection, Sequence[K]], Awaitable[list["T | JobsError"]]]
-# The whole group as one statement, for a connection that commits it by itself (no BEGIN, no COMMIT: one
-# round trip instead of three or four); None when the group needs a transaction.
-OneStatement = Callable[[Sequence[K]], Callable[[Connection], Awaitable[list[T]]] | None]
 
 
 @dataclass
@@ -41,11 +38,9 @@ class GroupCommitter(Generic[K, T]):
         *,
         batch_max: int = BATCH_MAX_DEFAULT,
         flushers: int = FLUSHERS_DEFAULT,
-        one_statement: OneStatement[K, T] | None = None,
     ) -> None:
         self._db = db
         self._work = work
-        self._one_statement = one_statement
         self._batch_max = batch_max
         self._flushers_max = flushers
         self._pending: deque[_Item[K, T]] = deque()
@@ -83,8 +78,6 @@ class GroupCommitter(Generic[K, T]):
             self._draining -= 1
 
     async def _flush(self, batch: list[_Item[K, T]]) -> None:
-        if self._one_statement is not None and await self._flushed_in_one_statement(batch):
-            return
         body_done = False
         try:
             async with self._db.transaction() as conn:
@@ -104,33 +97,6 @@ class GroupCommitter(Generic[K, T]):
             _resolve(batch, [error] * len(batch))
             raise
         _resolve(batch, results)
-
-    async def _flushed_in_one_statement(self, batch: list[_Item[K, T]]) -> bool:
-        """Whether the group was settled as one statement that committed by itself. A statement the
-        database refused wrote nothing, as a rolled-back transaction: alone, the item meets that fate;
-        together, each item runs on its own."""
-        assert self._one_statement is not None
-        statement = self._one_statement([item.request for item in batch])
-        if statement is None:
-            return False
-        try:
-            async with self._db.autocommit() as conn:
-                results = await statement(conn)
-        except StatementLost as error:
-            _resolve(batch, [error] * len(batch))  # it may have committed: indeterminate, never made again
-            return True
-        except JobsError as error:
-            if len(batch) == 1:
-                _resolve(batch, [error])
-            else:
-                for item in batch:
-                    await self._flush([item])
-            return True
-        except BaseException as error:
-            _resolve(batch, [error] * len(batch))
-            raise
-        _resolve(batch, results)
-        return True
 
 
 async def each_alone(conn: Connection, works: Sequence[Callable[[Connection], Awaitable[T]]]) -> list[T | JobsError]:

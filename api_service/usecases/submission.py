@@ -4,7 +4,7 @@ Answers only after COMMIT."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 from api_service.metrics import SubmissionMetrics
 from api_service.usecases.group_commit import GroupCommitter
@@ -47,9 +47,7 @@ class SubmissionService:
         self._kinds = kinds
         self._limits = limits
         self._dedupe_window_seconds = dedupe_window_seconds
-        self._group: GroupCommitter[_Request, _Submitted] = GroupCommitter(
-            db, self._submit_group, one_statement=self._one_callers_plain_group
-        )
+        self._group: GroupCommitter[_Request, _Submitted] = GroupCommitter(db, self._submit_group)
 
     async def submit(self, tenant: TenantId, actor: str, job: NewJob) -> SubmitOutcome:
         """Shares a transaction with concurrent submissions (group commit); answers after COMMIT."""
@@ -120,22 +118,6 @@ class SubmissionService:
     def _plain_inserts(self, jobs: Sequence[NewJob], indexes: Sequence[int]) -> list[job_store.PlainInsert]:
         return [self._plain_insert(jobs[i]) for i in indexes]
 
-    def _one_callers_plain_group(
-        self, requests: Sequence[_Request]
-    ) -> Callable[[Connection], Awaitable[list[_Submitted]]] | None:
-        """A group of one caller's plain submissions (the usual group) is a single insert, which confines
-        itself to the tenant's rows: it needs no transaction. Anything else goes through _submit_group."""
-        tenant, actor, _ = requests[0]
-        if any(t != tenant or a != actor or not _is_plain(job) for t, a, job in requests):
-            return None
-        inserts = [self._plain_insert(job) for _, _, job in requests]
-
-        async def insert(conn: Connection) -> list[_Submitted]:
-            inserted = await job_store.insert_many(conn, tenant, actor, inserts)
-            return [(SubmitOutcome(stored, True), []) for stored in inserted]
-
-        return insert
-
     async def _submit_group(self, conn: Connection, requests: Sequence[_Request]) -> list[_Submitted | JobsError]:
         """One group-commit transaction: plain submissions of one caller go in one statement each. The
         transaction carries several tenants' submissions; each runs scoped to its own tenant."""
@@ -146,10 +128,10 @@ class SubmissionService:
                 plain.setdefault((tenant, actor), []).append(index)
         scope = _TenantScope(conn)
         for (tenant, actor), indexes in plain.items():
+            await scope.enter(tenant)
             inserted = await job_store.insert_many(
                 conn, tenant, actor, [self._plain_insert(requests[i][2]) for i in indexes]
             )
-            scope.entered(tenant)  # the insert scoped the transaction itself
             for index, stored in zip(indexes, inserted, strict=True):
                 results[index] = (SubmitOutcome(stored, True), [])
         for index, (tenant, actor, new_job) in enumerate(requests):
@@ -269,10 +251,6 @@ class _TenantScope:
         if tenant != self._tenant:
             await set_tenant(self._conn, tenant)
             self._tenant = tenant
-
-    def entered(self, tenant: TenantId) -> None:
-        """A statement of the transaction scoped it to `tenant` itself."""
-        self._tenant = tenant
 
 
 def _log_committed(actor: str, submitted: Sequence[tuple[SubmitOutcome, list[JobId]]]) -> None:

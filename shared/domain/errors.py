@@ -97,11 +97,6 @@ class Unavailable(JobsError):
     reason = "UNAVAILABLE"
 
 
-class StatementLost(Unavailable):
-    """The connection failed while a statement that commits by itself was in flight: it may have committed,
-    so it must not be made again as if it had not."""
-
-
 class DeadlineExceeded(JobsError):
     """Indeterminate, like Unavailable: the caller's deadline ran out."""
 

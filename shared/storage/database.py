@@ -21,7 +21,6 @@ from shared.domain.errors import (
     FieldViolation,
     InvalidArgument,
     RowsRejected,
-    StatementLost,
     Unavailable,
 )
 from shared.storage import queries
@@ -195,29 +194,6 @@ class Database:
                     # target_session_attrs=read-write sends to the current primary.
                     await conn.close()
                     raise
-
-    @asynccontextmanager
-    async def autocommit(self) -> AsyncIterator[Connection]:
-        """A connection on which each statement commits by itself: for work that is one statement, with no
-        BEGIN and COMMIT around it. A statement the database refused did not commit, and raises as in
-        `transaction`; a connection lost with one in flight raises StatementLost, since it may have. Inside
-        `call_deadline`, the deadline bounds the wait for a connection, not the statement."""
-        seconds_left = _seconds_left()
-        with translate_db_errors():
-            if seconds_left is not None and seconds_left <= 0:
-                raise DeadlineExceeded("the caller's deadline passed")
-            wait = self._acquire_timeout if seconds_left is None else min(self._acquire_timeout, seconds_left)
-            async with self._pool.connection(timeout=wait) as conn:
-                await conn.set_autocommit(True)
-                try:
-                    yield conn
-                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                    if conn.broken:
-                        raise StatementLost("the database connection was lost with a statement in flight") from exc
-                    raise
-                finally:
-                    if not conn.closed:
-                        await conn.set_autocommit(False)
 
     async def ping(self, timeout_seconds: float = 2.0) -> bool:
         """Whether the database answers and takes writes, over a connection of its own: a pool whose

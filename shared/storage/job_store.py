@@ -124,8 +124,7 @@ class PlainInsert:
 
 
 async def insert_many(conn: Connection, tenant: TenantId, actor: str, items: Sequence[PlainInsert]) -> list[Job]:
-    """One statement for the lot, confined to `tenant`'s rows by itself (inside a transaction, the rest of it
-    stays so); jobs come back in input order (ids are chosen here, time-ordered)."""
+    """One statement for the lot; jobs come back in input order (ids are chosen here, time-ordered)."""
     job_ids = new_job_ids(len(items))
     cur = await conn.execute(queries.JOB_INSERT_MANY, _insert_many_params(tenant, actor, job_ids, items))
     by_id = {row["job_id"]: job_from_row(row) for row in await cur.fetchall()}

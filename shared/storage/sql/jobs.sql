@@ -21,18 +21,14 @@ RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created
           resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
 
 -- name: job_insert_many
--- Stores many plain submissions (no key, resource or dependencies) of one tenant in one statement, confined
--- to that tenant's rows by the statement itself (its rows' tenant is the scope it sets), so it needs no
--- transaction of its own: alone, outside one, it commits by itself and its scope ends with it.
-WITH scope AS MATERIALIZED (SELECT set_config('jobs.tenant', %(tenant)s, true) AS tenant)
+-- Stores many plain submissions (no key, resource or dependencies) of one tenant in one statement.
 INSERT INTO jobs (job_id, tenant, kind, state, payload, priority, run_after, deadline, max_attempts, retry_budget,
                   backoff_base_seconds, backoff_cap_seconds, labels, transition_actor, transition_reason,
                   traceparent, tracestate)
-SELECT s.job_id, scope.tenant, s.kind, 'pending', s.payload, s.priority, coalesce(s.run_after, clock_timestamp()),
+SELECT s.job_id, %(tenant)s, s.kind, 'pending', s.payload, s.priority, coalesce(s.run_after, clock_timestamp()),
        s.deadline, s.max_attempts, s.max_attempts, s.backoff_base, s.backoff_cap, coalesce(s.labels, '{}'),
        %(actor)s, 'submitted', s.traceparent, s.tracestate
-FROM scope,
-     unnest(%(job_ids)b::uuid[], %(kinds)b::text[], %(payloads)b::bytea[], %(priorities)b::integer[],
+FROM unnest(%(job_ids)b::uuid[], %(kinds)b::text[], %(payloads)b::bytea[], %(priorities)b::integer[],
             %(run_afters)b::timestamptz[], %(deadlines)b::timestamptz[], %(max_attempts)b::integer[],
             %(backoff_bases)b::double precision[], %(backoff_caps)b::double precision[], %(labels)b::jsonb[],
             %(traceparents)b::text[], %(tracestates)b::text[])
