@@ -135,6 +135,19 @@ async def test_a_key_a_kind_declares_is_shared_by_every_kind_that_declares_it(db
     assert len(await factories.claim(db, kinds=("sleep", "echo"), limit=10)) == 3
 
 
+async def test_a_claim_of_one_kind_counts_the_other_kinds_running_jobs_that_hold_its_declared_key(db, sync_db):
+    factories.declare_kind_keys(sync_db, "echo", ["provider:x"])
+    factories.declare_kind_keys(sync_db, "sleep", ["provider:x"])
+    await factories.insert_jobs(db, 2, kind="sleep")
+    await factories.insert_jobs(db, 5)
+    factories.set_limit(sync_db, "provider:x", max_running=3)
+
+    assert len(await factories.claim(db, kinds=("sleep",), limit=10)) == 2
+    # One kind at one priority (the claim in one pass): the running sleep jobs hold the key beyond their
+    # own kind's and tenant's, and count.
+    assert len(await factories.claim(db, kinds=("echo",), limit=10)) == 1
+
+
 async def test_within_a_limited_key_tenants_still_share(db, sync_db):
     await factories.insert_jobs(db, 40, tenant=A)
     await factories.insert_jobs(db, 4, tenant=B)
