@@ -204,7 +204,12 @@ def test_without_opentelemetry_the_worker_runs_jobs_and_hands_the_context_to_the
     worker = service_stack.start_worker(
         "w-plain", module="tests.worker_without_opentelemetry", JOBS_HANDLER_MODULES="tests.handlers_for_tests"
     )
-    assert "attempt spans: off (opentelemetry-api absent)" in worker.log_text()
+    # The line after the one start_worker waits for: it may not be written yet.
+    wait_until_sync(
+        lambda: "attempt spans: off (opentelemetry-api absent)" in worker.log_text(),
+        timeout=10,
+        what="the worker to say attempt spans are off",
+    )
     traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     headers = (("traceparent", traceparent), ("tracestate", TRACESTATE))
 
