@@ -125,22 +125,22 @@ async def test_a_full_key_is_passed_over_and_never_exceeded(db, sync_db):
     assert why == WaitingReason("limit_running", "kind:sleep")
 
 
-async def test_a_key_a_kind_declares_is_shared_by_every_kind_that_declares_it(db, sync_db):
+async def _echo_and_sleep_declaring_a_key_limited_to_3(db, sync_db, *, sleep_jobs: int, echo_jobs: int) -> None:
     factories.declare_kind_keys(sync_db, "echo", ["provider:x"])
     factories.declare_kind_keys(sync_db, "sleep", ["provider:x"])
-    await factories.insert_jobs(db, 5, kind="sleep")
-    await factories.insert_jobs(db, 5)
+    await factories.insert_jobs(db, sleep_jobs, kind="sleep")
+    await factories.insert_jobs(db, echo_jobs)
     factories.set_limit(sync_db, "provider:x", max_running=3)
+
+
+async def test_a_key_a_kind_declares_is_shared_by_every_kind_that_declares_it(db, sync_db):
+    await _echo_and_sleep_declaring_a_key_limited_to_3(db, sync_db, sleep_jobs=5, echo_jobs=5)
 
     assert len(await factories.claim(db, kinds=("sleep", "echo"), limit=10)) == 3
 
 
 async def test_a_claim_of_one_kind_counts_the_other_kinds_running_jobs_that_hold_its_declared_key(db, sync_db):
-    factories.declare_kind_keys(sync_db, "echo", ["provider:x"])
-    factories.declare_kind_keys(sync_db, "sleep", ["provider:x"])
-    await factories.insert_jobs(db, 2, kind="sleep")
-    await factories.insert_jobs(db, 5)
-    factories.set_limit(sync_db, "provider:x", max_running=3)
+    await _echo_and_sleep_declaring_a_key_limited_to_3(db, sync_db, sleep_jobs=2, echo_jobs=5)
 
     assert len(await factories.claim(db, kinds=("sleep",), limit=10)) == 2
     # One kind at one priority (the claim in one pass): the running sleep jobs hold the key beyond their
