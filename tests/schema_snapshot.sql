@@ -97,8 +97,6 @@ DECLARE
     keys_locked boolean := false;
     limit_row record;
     key_rooms jsonb;
-    -- Running jobs per key, counted once before the key locks: for the tenants' shares and which keys have room to spare.
-    held jsonb := '{}';
     holders integer;
     shared_keys text[] := '{}';
     at timestamptz;
@@ -190,16 +188,13 @@ BEGIN
     END IF;
 
     live := queue_tenants;
-    -- One read of the running jobs for both: a tenant's running jobs are those holding its tenant key.
-    IF cardinality(live) > 1 OR limited IS NOT NULL THEN
-        held := jobs_running_by_key(coalesce(limited, '{}')
-                                    || ARRAY(SELECT 'tenant:' || q.tenant FROM unnest(live) AS q(tenant)));
-    END IF;
-    SELECT array_agg(CASE WHEN cardinality(live) > 1 THEN coalesce((held ->> ('tenant:' || u.tenant))::bigint, 0)
-                          ELSE 0 END ORDER BY u.ord),
-           array_agg(coalesce(w.weight, 1) ORDER BY u.ord)
+    SELECT array_agg(coalesce(r.n, 0) ORDER BY u.ord), array_agg(coalesce(w.weight, 1) ORDER BY u.ord)
     INTO running, weights
     FROM unnest(live) WITH ORDINALITY AS u(tenant, ord)
+    LEFT JOIN (SELECT j.tenant, count(*) AS n
+               FROM jobs AS j
+               WHERE cardinality(live) > 1 AND j.state = 'running' AND j.tenant = ANY (live)
+               GROUP BY j.tenant) AS r ON r.tenant = u.tenant
     LEFT JOIN tenant_weights AS w ON w.tenant = u.tenant;
     all_running := running;
     all_weights := weights;
@@ -264,7 +259,7 @@ BEGIN
             -- is judged first without the locks; a key near its bound is locked alone, as in the fair claim.
             holders := current_setting('max_connections')::integer;
             at := clock_timestamp();
-            key_rooms := jobs_key_rooms(limited, at, held);
+            key_rooms := jobs_claim_room(limited, at);
             FOR limit_row IN SELECT k.key FROM unnest(limited) AS k(key) LOOP
                 IF (key_rooms ->> limit_row.key)::bigint >= holders::bigint * claim_limit THEN
                     shared_keys := shared_keys || limit_row.key;
@@ -275,7 +270,7 @@ BEGIN
             END LOOP;
             keys_locked := true;
             at := clock_timestamp();
-            key_rooms := jobs_key_rooms(limited, at, jobs_running_by_key(limited));
+            key_rooms := jobs_claim_room(limited, at);
             FOR limit_row IN SELECT k.key FROM unnest(limited) AS k(key) LOOP
                 key_room := (key_rooms ->> limit_row.key)::integer;
                 IF limit_row.key = ANY (shared_keys) THEN
@@ -713,6 +708,42 @@ CREATE FUNCTION public.jobs_claim_needs_admission(own_keys text[], own_bounds in
     LANGUAGE sql IMMUTABLE
     AS $$ SELECT CASE WHEN other_limits THEN own_keys <> '{}' ELSE 0 < ANY (own_bounds) END $$;
 
+CREATE FUNCTION public.jobs_claim_room(keys text[], at timestamp with time zone) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    rooms jsonb;
+BEGIN
+    WITH held AS (
+        SELECT j.kind, j.tenant, j.running_keys[3:] AS extra, count(*) AS n
+        FROM jobs AS j
+        WHERE j.state = 'running'
+        GROUP BY j.kind, j.tenant, j.running_keys[3:]
+    ), running AS (
+        SELECT k.key, sum(k.n) AS n
+        FROM (SELECT 'kind:' || h.kind AS key, h.n FROM held AS h
+              UNION ALL
+              SELECT 'tenant:' || h.tenant, h.n FROM held AS h
+              UNION ALL
+              SELECT e.key, h.n FROM held AS h, unnest(h.extra) AS e(key)) AS k
+        WHERE k.key = ANY (keys)
+        GROUP BY k.key
+    )
+    SELECT coalesce(jsonb_object_agg(l.key, greatest(0, least(
+               CASE WHEN l.max_running > 0 THEN l.max_running - coalesce(r.n, 0) END,
+               CASE WHEN l.rate_per_second > 0
+                    THEN floor(jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)) END))),
+           '{}')
+    INTO rooms
+    FROM job_limits AS l
+    LEFT JOIN job_key_state AS s ON s.key = l.key
+    LEFT JOIN running AS r ON r.key = l.key
+    WHERE l.key = ANY (keys) AND (l.max_running > 0 OR l.rate_per_second > 0);
+    RETURN rooms;
+END
+$$;
+
 CREATE FUNCTION public.jobs_declared_keys(kind_keys jsonb, kind text) RETURNS text[]
     LANGUAGE sql IMMUTABLE
     AS $$ SELECT ARRAY(SELECT jsonb_array_elements_text(kind_keys -> kind)) $$;
@@ -752,26 +783,6 @@ CREATE FUNCTION public.jobs_hold_key(hold_key text, hold_until timestamp with ti
             SET held_until = greatest(coalesce(s.held_until, EXCLUDED.held_until), EXCLUDED.held_until)
         RETURNING held_until
     $$;
-
-CREATE FUNCTION public.jobs_key_rooms(keys text[], at timestamp with time zone, running jsonb) RETURNS jsonb
-    LANGUAGE plpgsql STABLE
-    SET search_path TO 'public', 'pg_temp'
-    AS $$
-DECLARE
-    rooms jsonb;
-BEGIN
-    SELECT coalesce(jsonb_object_agg(l.key, greatest(0, least(
-               CASE WHEN l.max_running > 0 THEN l.max_running - coalesce((running ->> l.key)::bigint, 0) END,
-               CASE WHEN l.rate_per_second > 0
-                    THEN floor(jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)) END))),
-           '{}')
-    INTO rooms
-    FROM job_limits AS l
-    LEFT JOIN job_key_state AS s ON s.key = l.key
-    WHERE l.key = ANY (keys) AND (l.max_running > 0 OR l.rate_per_second > 0);
-    RETURN rooms;
-END
-$$;
 
 CREATE FUNCTION public.jobs_new_job_id() RETURNS uuid
     LANGUAGE sql
@@ -893,33 +904,6 @@ CREATE FUNCTION public.jobs_retry_backoff_ceiling(attempt integer, base_seconds 
             ELSE base_seconds * power(2::double precision, greatest(attempt - 1, 0))
         END
     $$;
-
-CREATE FUNCTION public.jobs_running_by_key(keys text[]) RETURNS jsonb
-    LANGUAGE plpgsql STABLE
-    SET search_path TO 'public', 'pg_temp'
-    AS $$
-DECLARE
-    counts jsonb;
-BEGIN
-    WITH held AS (
-        SELECT j.kind, j.tenant, j.running_keys[3:] AS extra, count(*) AS n
-        FROM jobs AS j
-        WHERE j.state = 'running'
-        GROUP BY j.kind, j.tenant, j.running_keys[3:]
-    )
-    SELECT coalesce(jsonb_object_agg(c.key, c.n), '{}')
-    INTO counts
-    FROM (SELECT k.key, sum(k.n) AS n
-          FROM (SELECT 'kind:' || h.kind AS key, h.n FROM held AS h
-                UNION ALL
-                SELECT 'tenant:' || h.tenant, h.n FROM held AS h
-                UNION ALL
-                SELECT e.key, h.n FROM held AS h, unnest(h.extra) AS e(key)) AS k
-          WHERE k.key = ANY (keys)
-          GROUP BY k.key) AS c;
-    RETURN counts;
-END
-$$;
 
 CREATE FUNCTION public.jobs_settle_dependents() RETURNS trigger
     LANGUAGE plpgsql
