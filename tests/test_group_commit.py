@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -13,6 +14,8 @@ from api_service.usecases.submission import SubmissionService
 from shared.domain.errors import AlreadyExists, InvalidArgument, JobsError
 from shared.domain.ids import TenantId
 from shared.domain.submission_rules import SubmissionLimits
+from shared.domain.trace_context import TraceContext
+from shared.storage import job_store
 from shared.storage.database import Connection, Database
 from tests import factories
 
@@ -92,6 +95,26 @@ async def test_a_batch_mixes_plain_and_keyed_submissions_in_request_order(servic
     stored = {r["job_id"]: bytes(r["payload"]) for r in sync_db.rows("SELECT job_id::text, payload FROM jobs")}
     assert [stored[o.job.job_id] for o in outcomes] == [j.payload for j in jobs]
     assert outcomes[50].job.idempotency_key == "key-1"
+
+
+async def test_the_answer_to_a_plain_submission_is_the_row_as_stored(service, db):
+    # The plain inserts read back only what the database decides; the rest of the answer is built from
+    # the submission, and must be what a later read of the row says.
+    later = datetime.now(UTC) + timedelta(hours=1)
+    varied = [
+        factories.new_job(),
+        factories.new_job(priority=7, max_attempts=2, labels={"doc": "d-1", "lang": "fr"}),
+        factories.new_job(run_after=later, deadline=later + timedelta(days=1)),
+        factories.new_job(trace_context=TraceContext("00-" + "a" * 32 + "-" + "b" * 16 + "-01", "k=v")),
+    ]
+    alone = await asyncio.gather(*(service.submit(TENANT, ACTOR, job) for job in varied))
+    batch = await service.submit_many(TENANT, ACTOR, varied)
+
+    async with db.transaction(TENANT) as conn:
+        for outcome in [*alone, *batch]:
+            assert outcome.created
+            assert outcome.job == await job_store.get_job(conn, TENANT, outcome.job.job_id)
+    assert [o.job.run_after for o in alone[2:3] + batch[2:3]] == [later, later]
 
 
 class _DatabasePausingAfterCommit(Database):

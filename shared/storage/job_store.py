@@ -124,11 +124,41 @@ class PlainInsert:
 
 
 async def insert_many(conn: Connection, tenant: TenantId, actor: str, items: Sequence[PlainInsert]) -> list[Job]:
-    """One statement for the lot; jobs come back in input order (ids are chosen here, time-ordered)."""
+    """One statement for the lot; jobs come back in input order (ids are chosen here, time-ordered).
+    Each job is built from its submission and the few columns the database fills in: reading the whole
+    row back and decoding it was an eighth of the API's time per `SubmitJob`."""
     job_ids = new_job_ids(len(items))
     cur = await conn.execute(queries.JOB_INSERT_MANY, _insert_many_params(tenant, actor, job_ids, items))
-    by_id = {row["job_id"]: job_from_row(row) for row in await cur.fetchall()}
-    return [by_id[job_id] for job_id in job_ids]
+    stored = {row["job_id"]: row for row in await cur.fetchall()}
+    return [_new_plain_job(tenant, job_id, item, stored[job_id]) for job_id, item in zip(job_ids, items, strict=True)]
+
+
+def _new_plain_job(tenant: TenantId, job_id: uuid.UUID, item: PlainInsert, row: dict[str, Any]) -> Job:
+    """The row job_insert_many wrote: the submission, the table's defaults and what came back."""
+    job = item.job
+    return Job(
+        job_id=JobId(str(job_id)),
+        tenant=tenant,
+        kind=job.kind,
+        state=JobState.PENDING,
+        attempts=0,
+        max_attempts=item.max_attempts,
+        priority=job.priority,
+        created_at=row["created_at"],
+        run_after=row["run_after"],
+        started_at=None,
+        finished_at=None,
+        deadline=job.deadline,
+        last_error=None,
+        cancel_requested=False,
+        resource_key=None,
+        resource_version=None,
+        sequence=row["sequence"],
+        fencing_token=FencingToken(0),
+        idempotency_key=None,
+        depends_on=(),
+        labels=dict(job.labels),
+    )
 
 
 async def insert_many_ids(conn: Connection, tenant: TenantId, actor: str, items: Sequence[PlainInsert]) -> list[JobId]:

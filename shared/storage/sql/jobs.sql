@@ -34,9 +34,8 @@ FROM unnest(%(job_ids)b::uuid[], %(kinds)b::text[], %(payloads)b::bytea[], %(pri
             %(traceparents)b::text[], %(tracestates)b::text[])
      AS s(job_id, kind, payload, priority, run_after, deadline, max_attempts, backoff_base, backoff_cap, labels,
           traceparent, tracestate)
-RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
-          finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
+-- Only what the database decides comes back: the rest of each new row is the submission itself.
+RETURNING job_id, created_at, run_after, sequence;
 
 -- name: job_insert_many_ids
 -- Stores many plain submissions of one tenant in one statement, as job_insert_many, reading nothing back.
