@@ -222,3 +222,71 @@ async def test_more_flushers_start_when_a_whole_batch_is_waiting(db):
     await _callers_in_turn(committer, callers=16, rounds=3)
 
     assert work.most_open > 1
+
+
+class _Batches:
+    """Work that records each batch it is given, and how many loop turns the ticker had counted."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.turn_at_start: list[int] = []
+        self.turns = 0
+
+    async def tick(self) -> None:
+        while True:
+            self.turns += 1
+            await asyncio.sleep(0)
+
+    async def __call__(self, conn: Connection, items: Sequence[int]) -> list[int | JobsError]:
+        self.turn_at_start.append(self.turns)
+        self.sizes.append(len(items))
+        await conn.execute("SELECT 1")
+        return list(items)
+
+
+async def _arriving_every(committer: GroupCommitter, turns_apart: int, count: int) -> list[int]:
+    async def arrive(number: int) -> int:
+        for _ in range(number * turns_apart):
+            await asyncio.sleep(0)
+        return await committer.run(number)
+
+    return await asyncio.gather(*(arrive(n) for n in range(count)))
+
+
+async def test_under_load_the_calls_arriving_over_the_next_turns_share_one_transaction(db):
+    work = _Batches()
+    # A time bound no busy machine reaches: what is tested is the turns.
+    committer: GroupCommitter = GroupCommitter(db, work, gather_turns=32, gather_seconds=60)
+    assert list(await asyncio.gather(committer.run(-2), committer.run(-1))) == [-2, -1]  # two at once: under load
+
+    assert await _arriving_every(committer, turns_apart=3, count=8) == list(range(8))
+
+    assert work.sizes == [2, 8], "the calls arriving 3 turns apart each waited for a transaction of their own"
+
+
+async def test_a_lone_submission_is_not_held_for_others(db):
+    work = _Batches()
+    committer: GroupCommitter = GroupCommitter(db, work, gather_turns=1000, gather_seconds=60)
+    ticker = asyncio.create_task(work.tick())
+    try:
+        for number in range(3):
+            asked_at = work.turns
+            assert await committer.run(number) == number
+            assert work.turn_at_start[-1] - asked_at < 10, "a submission at idle waited for others"
+    finally:
+        ticker.cancel()
+    assert work.sizes == [1, 1, 1]
+
+
+async def test_the_wait_for_others_ends_by_its_time_bound(db):
+    work = _Batches()
+    # Turns enough to take minutes: only the time bound ends the wait.
+    committer: GroupCommitter = GroupCommitter(db, work, gather_turns=10**9, gather_seconds=0.01)
+    ticker = asyncio.create_task(work.tick())  # keeps the loop's turns short, as at idle
+    try:
+        async with asyncio.timeout(20):
+            assert list(await asyncio.gather(committer.run(1), committer.run(2))) == [1, 2]
+            assert await committer.run(3) == 3
+    finally:
+        ticker.cancel()
+    assert work.sizes == [2, 1]

@@ -1,6 +1,7 @@
 """Group commit: concurrent single submissions share one transaction, so one COMMIT (one WAL flush)
 acknowledges everything that arrived while the previous transaction was running. Nobody waits for a
-timer: at low load a submission runs alone, at once."""
+timer: at low load a submission runs alone, at once; under load a flusher lets a few more turns of the
+event loop bring in the calls already on their way before it takes its batch."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ K = TypeVar("K")
 T = TypeVar("T")
 BATCH_MAX_DEFAULT = 256
 FLUSHERS_DEFAULT = 4
+# Under load (the last batch held more than one submission), a flusher lets the event loop run up to this
+# many turns, for at most this long, before it takes its batch. A call gRPC has accepted reaches its
+# handler over several turns; those on their way in then share this transaction instead of each paying
+# for the next one. The turns are short when little is arriving and long when much is, so the wait
+# follows the load, and the time bounds it. From 64 callers on two cores: 5 -> 12 jobs per COMMIT, the
+# API's CPU per call 504 -> 381 us, PostgreSQL's 110 -> 62 us (docs/PERFORMANCE.md).
+GATHER_TURNS_DEFAULT = 32
+GATHER_SECONDS_DEFAULT = 0.004
 
 # Runs a group's items in one open transaction; per item a result, or the domain error refusing
 # that item alone. Database errors must propagate: they roll the whole group back.
@@ -38,10 +47,14 @@ class GroupCommitter(Generic[K, T]):
         *,
         batch_max: int = BATCH_MAX_DEFAULT,
         flushers: int = FLUSHERS_DEFAULT,
+        gather_turns: int = GATHER_TURNS_DEFAULT,
+        gather_seconds: float = GATHER_SECONDS_DEFAULT,
     ) -> None:
         self._db = db
         self._work = work
         self._batch_max = batch_max
+        self._gather_turns = gather_turns
+        self._gather_seconds = gather_seconds
         self._flushers_max = flushers
         self._pending: deque[_Item[K, T]] = deque()
         # Flushers that will still look at the queue. A task's done callback runs a loop turn after
@@ -49,6 +62,8 @@ class GroupCommitter(Generic[K, T]):
         # looking: a submission arriving in between would be queued with nobody left to take it.
         self._draining = 0
         self._flushers: set[asyncio.Task[None]] = set()
+        # Whether the last batch held more than one submission: only then are others likely on their way.
+        self._overlapping = False
 
     async def run(self, request: K) -> T:
         """Returns once the transaction that carried `request` committed, or raises its refusal."""
@@ -71,11 +86,24 @@ class GroupCommitter(Generic[K, T]):
     async def _drain(self) -> None:
         try:
             while self._pending:
+                if self._overlapping:
+                    await self._gather()
+                # Another flusher may have taken everything meanwhile: the loop's test then ends the drain.
                 batch = [self._pending.popleft() for _ in range(min(self._batch_max, len(self._pending)))]
-                await self._flush(batch)
+                if batch:
+                    self._overlapping = len(batch) > 1
+                    await self._flush(batch)
         finally:
             # No await between the empty queue seen above and this: whoever queues next sees the count.
             self._draining -= 1
+
+    async def _gather(self) -> None:
+        loop = asyncio.get_running_loop()
+        until = loop.time() + self._gather_seconds
+        for _ in range(self._gather_turns):
+            if len(self._pending) >= self._batch_max or loop.time() >= until:
+                return
+            await asyncio.sleep(0)
 
     async def _flush(self, batch: list[_Item[K, T]]) -> None:
         body_done = False
