@@ -715,6 +715,15 @@ CREATE FUNCTION public.jobs_claim_room(keys text[], at timestamp with time zone)
 DECLARE
     rooms jsonb;
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM job_limits AS l WHERE l.key = ANY (keys) AND l.max_running > 0) THEN
+        SELECT coalesce(jsonb_object_agg(l.key, greatest(0,
+                   floor(jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)))), '{}')
+        INTO rooms
+        FROM job_limits AS l
+        LEFT JOIN job_key_state AS s ON s.key = l.key
+        WHERE l.key = ANY (keys) AND l.rate_per_second > 0;
+        RETURN rooms;
+    END IF;
     WITH held AS (
         SELECT j.kind, j.tenant, j.running_keys[3:] AS extra, count(*) AS n
         FROM jobs AS j
