@@ -259,7 +259,7 @@ BEGIN
             -- is judged first without the locks; a key near its bound is locked alone, as in the fair claim.
             holders := current_setting('max_connections')::integer;
             at := clock_timestamp();
-            key_rooms := jobs_claim_room(limited, at);
+            key_rooms := jobs_claim_room_floor(limited, at);
             FOR limit_row IN SELECT k.key FROM unnest(limited) AS k(key) LOOP
                 IF (key_rooms ->> limit_row.key)::bigint >= holders::bigint * claim_limit THEN
                     shared_keys := shared_keys || limit_row.key;
@@ -748,6 +748,31 @@ BEGIN
     FROM job_limits AS l
     LEFT JOIN job_key_state AS s ON s.key = l.key
     LEFT JOIN running AS r ON r.key = l.key
+    WHERE l.key = ANY (keys) AND (l.max_running > 0 OR l.rate_per_second > 0);
+    RETURN rooms;
+END
+$$;
+
+CREATE FUNCTION public.jobs_claim_room_floor(keys text[], at timestamp with time zone) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    rooms jsonb;
+    running bigint;
+BEGIN
+    IF EXISTS (SELECT 1 FROM job_limits AS l WHERE l.key = ANY (keys) AND l.max_running > 0) THEN
+        -- Every running job, whatever keys it holds: no key has more.
+        SELECT count(*) INTO running FROM jobs AS j WHERE j.state = 'running';
+    END IF;
+    SELECT coalesce(jsonb_object_agg(l.key, greatest(0, least(
+               CASE WHEN l.max_running > 0 THEN l.max_running - running END,
+               CASE WHEN l.rate_per_second > 0
+                    THEN floor(jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)) END))),
+           '{}')
+    INTO rooms
+    FROM job_limits AS l
+    LEFT JOIN job_key_state AS s ON s.key = l.key
     WHERE l.key = ANY (keys) AND (l.max_running > 0 OR l.rate_per_second > 0);
     RETURN rooms;
 END

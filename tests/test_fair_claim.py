@@ -125,6 +125,19 @@ async def test_a_full_key_is_passed_over_and_never_exceeded(db, sync_db):
     assert why == WaitingReason("limit_running", "kind:sleep")
 
 
+async def test_a_key_just_short_of_room_for_every_claim_at_once_is_claimed_up_to_its_room(db, sync_db):
+    # Before its key locks a claim judges which keys have room for every claim that could run at once
+    # (max_connections of them); those it locks shared and claims only its part of the room. A key just
+    # short of that room must be judged short, locked alone, and claimed in full: judged by a count that
+    # left out the running jobs, this one was locked shared and a claim of 50 took 49.
+    holders = int(sync_db.one("SELECT current_setting('max_connections') AS n")["n"])
+    await factories.insert_jobs(db, 70)
+    assert len(await factories.claim(db, limit=20)) == 20
+    factories.set_limit(sync_db, "kind:echo", max_running=holders * 50 + 10)
+
+    assert len(await factories.claim(db, limit=50)) == 50
+
+
 async def _echo_and_sleep_declaring_a_key_limited_to_3(db, sync_db, *, sleep_jobs: int, echo_jobs: int) -> None:
     factories.declare_kind_keys(sync_db, "echo", ["provider:x"])
     factories.declare_kind_keys(sync_db, "sleep", ["provider:x"])
