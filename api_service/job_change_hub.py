@@ -3,34 +3,64 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from shared.domain.errors import JobsError
 from shared.domain.ids import JobId
-from shared.storage.notifications import CHANGED_CHANNEL, LISTENING, listen
+from shared.storage.database import Database
+from shared.storage.notifications import CHANGED_CHANNEL, LISTENING, listen, register_change_watcher
 
 log = logging.getLogger(__name__)
 RECONNECT_MAX_SECONDS = 10.0
+# Statements notify jobs_changed only while some process's registration is live
+# (0027_notify_changes_only_while_watched.sql): this one's lasts this long, renewed this often while
+# streams are open. After a registration that had lapsed, every stream reads again this much later,
+# for the changes whose statements ran before it committed.
+REGISTRATION_SECONDS = 30.0
+RENEW_SECONDS = 10.0
+SETTLE_SECONDS = 1.0
 
 
 class JobChangeHub:
     """Each stream holds one asyncio.Event, set when its job changes: a slow consumer costs a flag,
     never a growing queue."""
 
-    def __init__(self, database_url: str | None) -> None:
+    def __init__(
+        self,
+        database_url: str | None,
+        db: Database | None = None,
+        *,
+        registration_seconds: float = REGISTRATION_SECONDS,
+        renew_seconds: float = RENEW_SECONDS,
+        settle_seconds: float = SETTLE_SECONDS,
+    ) -> None:
         """`database_url` None: no session to LISTEN on (transaction pooling without a direct URL); then
-        the hub never signals and streams rely on reading again."""
+        the hub never signals and streams rely on reading again. `db` None: the hub does not register
+        (statements then notify only while another process's registration is live)."""
         self._database_url = database_url
+        self._db = db
         self._subscribers: dict[str, set[asyncio.Event]] = {}
+        self._listener = f"api-{uuid.uuid4()}"
+        self._registration_seconds = registration_seconds
+        self._renew_seconds = renew_seconds
+        self._settle_seconds = settle_seconds
+        self._registered_until = 0.0  # monotonic; taken before the write, so never later than the row's
+        self._registering = asyncio.Lock()
 
-    @contextmanager
-    def subscribe(self, job_id: JobId) -> Iterator[asyncio.Event]:
+    @asynccontextmanager
+    async def subscribe(self, job_id: JobId) -> AsyncIterator[asyncio.Event]:
+        """The stream's event, once this process's registration is committed: a stream that reads after
+        this hears of every change committed later (or reads again SETTLE_SECONDS after a new one)."""
         event = asyncio.Event()
         self._subscribers.setdefault(job_id, set()).add(event)
         try:
+            await self._ensure_registered()
             yield event
         finally:
             waiting = self._subscribers.get(job_id)
@@ -43,15 +73,52 @@ class JobChangeHub:
     def stream_count(self) -> int:
         return sum(len(events) for events in self._subscribers.values())
 
+    async def _ensure_registered(self) -> None:
+        if self._database_url is None or self._db is None or not self._renewal_due():
+            return
+        async with self._registering:
+            if not self._renewal_due():
+                return
+            lapsed = time.monotonic() >= self._registered_until
+            asked_at = time.monotonic()
+            try:
+                async with self._db.transaction() as conn:
+                    await register_change_watcher(conn, self._listener, self._registration_seconds)
+            except JobsError as exc:
+                # Streams still read again on their own timer; only the wake-ups are missing.
+                log.warning("could not register for job change notifications: %s", exc.message)
+                return
+            self._registered_until = asked_at + self._registration_seconds
+        if lapsed:
+            asyncio.get_running_loop().call_later(self._settle_seconds, self._wake_all)
+
+    def _renewal_due(self) -> bool:
+        return time.monotonic() >= self._registered_until - self._registration_seconds + self._renew_seconds
+
+    async def _keep_registered(self) -> None:
+        while True:
+            await asyncio.sleep(self._renew_seconds / 2)
+            if self._subscribers:
+                await self._ensure_registered()
+
     async def run(self) -> None:
         """Listens until cancelled; after every (re)connect all streams re-read, since notifications
-        sent while disconnected are lost."""
+        sent while disconnected are lost. Keeps this process registered while streams are open."""
         if self._database_url is None:
             return
+        renewing = asyncio.create_task(self._keep_registered())
+        try:
+            await self._listen(self._database_url)
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+
+    async def _listen(self, database_url: str) -> None:
         delay = 0.5
         while True:
             try:
-                async for channel, payload in listen(self._database_url, CHANGED_CHANNEL):
+                async for channel, payload in listen(database_url, CHANGED_CHANNEL):
                     if (channel, payload) == LISTENING:
                         delay = 0.5
                         self._wake_all()

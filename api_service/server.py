@@ -114,7 +114,7 @@ async def serve(settings: ApiSettings) -> None:
         ],
         maximum_concurrent_rpcs=settings.max_concurrent_rpcs,
     )
-    hub = JobChangeHub(settings.database.session_url)
+    hub = JobChangeHub(settings.database.session_url, db)
     # Without a session for LISTEN, WatchJob streams learn of changes by reading again this often.
     watch_recheck_seconds = RECHECK_SECONDS_DEFAULT if settings.database.session_url else WATCH_POLL_SECONDS
     queries = JobQueries(db, ResultCache(settings.result_cache, metrics.result_cache))

@@ -71,6 +71,10 @@ CREATE FUNCTION public.jobs_changed_batch_size() RETURNS integer
     LANGUAGE sql IMMUTABLE
     AS $$ SELECT 100 $$;
 
+CREATE FUNCTION public.jobs_changes_watched() RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$ SELECT EXISTS (SELECT 1 FROM job_change_watchers AS w WHERE w.expires_at > now()) $$;
+
 CREATE FUNCTION public.jobs_claim(claim_worker text, claim_kinds text[], claim_limit integer, claim_lease_seconds double precision) RETURNS TABLE(job_id uuid, tenant text, kind text, payload bytea, attempts integer, max_attempts integer, fencing_token bigint, lease_expires_at timestamp with time zone, created_at timestamp with time zone, queued_since timestamp with time zone, claimed_at timestamp with time zone, traceparent text, tracestate text)
     LANGUAGE plpgsql
     SET search_path TO 'public', 'pg_temp'
@@ -877,9 +881,11 @@ BEGIN
         SELECT n.job_id, n.tenant, n.sequence, NULL, n.state, n.attempts, n.fencing_token, n.transition_actor,
                n.transition_reason
         FROM new_rows AS n;
-        PERFORM pg_notify('jobs_changed', string_agg(n.job_id::text || ':' || n.sequence::text, ','))
-        FROM (SELECT job_id, sequence, row_number() OVER () AS position FROM new_rows) AS n
-        GROUP BY (n.position - 1) / jobs_changed_batch_size();
+        IF jobs_changes_watched() THEN
+            PERFORM pg_notify('jobs_changed', string_agg(n.job_id::text || ':' || n.sequence::text, ','))
+            FROM (SELECT job_id, sequence, row_number() OVER () AS position FROM new_rows) AS n
+            GROUP BY (n.position - 1) / jobs_changed_batch_size();
+        END IF;
     ELSE
         -- bump_sequence raised `sequence` exactly for the rows whose state or cancel request changed.
         EXECUTE $sql$
@@ -899,6 +905,7 @@ BEGIN
             )
             SELECT pg_notify('jobs_changed', string_agg(c.job_id::text || ':' || c.sequence::text, ','))
             FROM changed AS c
+            WHERE jobs_changes_watched()
             GROUP BY (c.position - 1) / jobs_changed_batch_size()
         $sql$;
     END IF;
@@ -1080,6 +1087,11 @@ CREATE TABLE public.job_attempt_errors (
     message text NOT NULL,
     traceback text DEFAULT ''::text NOT NULL,
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+CREATE TABLE public.job_change_watchers (
+    listener text NOT NULL,
+    expires_at timestamp with time zone NOT NULL
 );
 
 CREATE TABLE public.job_checkpoints (
@@ -1348,6 +1360,9 @@ ALTER TABLE ONLY public.delivery_sets
 ALTER TABLE ONLY public.job_attempt_errors
     ADD CONSTRAINT job_attempt_errors_pkey PRIMARY KEY (job_id, fencing_token);
 
+ALTER TABLE ONLY public.job_change_watchers
+    ADD CONSTRAINT job_change_watchers_pkey PRIMARY KEY (listener);
+
 ALTER TABLE ONLY public.job_checkpoints
     ADD CONSTRAINT job_checkpoints_pkey PRIMARY KEY (job_id, stage);
 
@@ -1591,6 +1606,9 @@ GRANT SELECT,INSERT ON TABLE public.delivery_set_members TO jobs_api;
 GRANT SELECT,INSERT ON TABLE public.delivery_sets TO jobs_api;
 
 GRANT SELECT,INSERT ON TABLE public.job_attempt_errors TO jobs_api;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.job_change_watchers TO jobs_api;
+GRANT SELECT ON TABLE public.job_change_watchers TO jobs_worker;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.job_checkpoints TO jobs_api;
 GRANT SELECT ON TABLE public.job_checkpoints TO jobs_worker;

@@ -29,8 +29,25 @@ def _cancel_all_in_one_statement(sync_db) -> int:
     )
 
 
+def _watched(sync_db, seconds: float = 60.0) -> None:
+    """What an API process with a WatchJob stream open keeps: statements notify while it is live."""
+    sync_db.execute(
+        "INSERT INTO job_change_watchers (listener, expires_at)"
+        " VALUES ('test', clock_timestamp() + make_interval(secs => %s))",
+        (seconds,),
+    )
+
+
+def _changes_heard(database_url: str, sync_db, make_changes) -> list[str]:
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANGED_CHANNEL}")
+        make_changes()
+        return [n.payload for n in listener.notifies(timeout=1.0)]
+
+
 async def test_one_statement_records_one_event_and_one_notification_per_changed_job(db, sync_db, database_url):
     jobs = await factories.insert_jobs(db, JOBS_IN_ONE_STATEMENT)
+    _watched(sync_db)
     with psycopg.connect(database_url, autocommit=True) as listener:
         listener.execute(f"LISTEN {CHANGED_CHANNEL}")
         assert _cancel_all_in_one_statement(sync_db) == JOBS_IN_ONE_STATEMENT
@@ -47,10 +64,40 @@ async def test_one_statement_records_one_event_and_one_notification_per_changed_
     }
 
 
+async def test_nothing_is_notified_while_no_watcher_is_registered(db, sync_db, database_url):
+    # Notifying makes every commit take one lock all notifying commits share; nobody listens most of the time.
+    sync_db.execute(
+        "INSERT INTO job_change_watchers (listener, expires_at) VALUES ('gone', clock_timestamp() - interval '1 s')"
+    )
+
+    def changes() -> None:
+        # An insert, then a transition of the job it made (a cancel request raises its sequence).
+        sync_db.execute(
+            "INSERT INTO jobs (tenant, kind, state, payload, max_attempts, retry_budget)"
+            " VALUES ('t', 'echo', 'pending', '', 1, 1)"
+        )
+        sync_db.execute("UPDATE jobs SET cancel_requested = true WHERE NOT cancel_requested")
+
+    assert _changes_heard(database_url, sync_db, changes) == []
+    _watched(sync_db)
+    heard = _changes_heard(database_url, sync_db, changes)
+    assert [payload.partition(":")[2] for payload in heard] == ["1", "2"]
+
+
+async def test_a_hub_registers_before_its_first_stream_reads_and_wakes_it_again_once_settled(db, database_url, sync_db):
+    job = await factories.insert_job(db)
+    hub = JobChangeHub(database_url, db, settle_seconds=0.2)
+    async with hub.subscribe(JobId(job.job_id)) as changed:
+        live = sync_db.one("SELECT count(*) AS n FROM job_change_watchers WHERE expires_at > clock_timestamp()")
+        assert live["n"] == 1
+        # Not listening yet, and nothing changed: only the read after the registration settled wakes it.
+        await wait_until(changed.is_set, within_seconds=20, what="the stream's read once the registration settled")
+
+
 async def test_a_watcher_is_woken_when_its_job_changes_among_many_in_one_statement(db, sync_db, database_url):
     jobs = await factories.insert_jobs(db, JOBS_IN_ONE_STATEMENT)
-    hub = JobChangeHub(database_url)
-    with hub.subscribe(JobId(jobs[-1].job_id)) as changed:
+    hub = JobChangeHub(database_url, db)
+    async with hub.subscribe(JobId(jobs[-1].job_id)) as changed:
         listening = asyncio.create_task(hub.run())
         try:
             await wait_until(changed.is_set, within_seconds=20, what="the hub's first wake-up once it listens")

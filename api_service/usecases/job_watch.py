@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Protocol
 
@@ -27,7 +27,7 @@ STREAM_RETRY_AFTER_SECONDS = 5.0
 
 
 class ChangeSignals(Protocol):
-    def subscribe(self, job_id: JobId) -> AbstractContextManager[asyncio.Event]: ...
+    def subscribe(self, job_id: JobId) -> AbstractAsyncContextManager[asyncio.Event]: ...
 
 
 def job_at(job: Job, event: JobEvent) -> Job:
@@ -78,7 +78,7 @@ class JobWatch:
     async def _follow(
         self, tenant: TenantId, job_id: JobId, after_sequence: int, include_progress: bool
     ) -> AsyncIterator[Job]:
-        with self._signals.subscribe(job_id) as changed:
+        async with self._signals.subscribe(job_id) as changed:
             job = await self._current(tenant, job_id, include_progress)
             last = after_sequence
             shown: Progress | None = None

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 import psycopg
 from psycopg import sql
 
-from shared.storage.database import translate_db_errors, with_connection_defaults
+from shared.storage import queries
+from shared.storage.database import Connection, translate_db_errors, with_connection_defaults
 
 # Wakes workers when jobs are inserted; folded to one notification per transaction.
 RUNNABLE_CHANNEL = "jobs_runnable"
@@ -35,3 +36,8 @@ async def listen(database_url: str, *channels: str) -> AsyncIterator[tuple[str, 
             yield LISTENING
             async for notify in conn.notifies():
                 yield notify.channel, notify.payload
+
+
+async def register_change_watcher(conn: Connection, listener: str, seconds: float) -> None:
+    """Statements notify CHANGED_CHANNEL for the next `seconds` (0027_notify_changes_only_while_watched.sql)."""
+    await conn.execute(queries.CHANGE_WATCHER_REGISTER, {"listener": listener, "seconds": seconds})

@@ -50,6 +50,7 @@ RESULT_FOR_RESOURCE_VERSION = _results.pop("result_for_resource_version")
 
 EVENT_LIST = _events.pop("event_list")
 ATTEMPT_ERROR_RECORD = _events.pop("attempt_error_record")
+CHANGE_WATCHER_REGISTER = _events.pop("change_watcher_register")
 
 RECEIPT_RECORD_INTENT = _receipts.pop("receipt_record_intent")
 RECEIPT_CONFIRM = _receipts.pop("receipt_confirm")

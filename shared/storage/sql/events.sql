@@ -18,3 +18,9 @@ SELECT job_id, tenant, attempts, fencing_token, %(category)s::error_category, %(
 FROM jobs
 WHERE job_id = %(job_id)s::uuid AND fencing_token = %(fencing_token)s
 ON CONFLICT (job_id, fencing_token) DO NOTHING;
+
+-- name: change_watcher_register
+-- This API process has WatchJob streams open: statements notify jobs_changed until the row expires.
+INSERT INTO job_change_watchers (listener, expires_at)
+VALUES (%(listener)s, clock_timestamp() + make_interval(secs => %(seconds)s))
+ON CONFLICT (listener) DO UPDATE SET expires_at = EXCLUDED.expires_at;

@@ -26,7 +26,9 @@ WITH reported AS (
             revision = job_progress.revision + 1
     RETURNING job_id, fencing_token
 )
-SELECT job_id, fencing_token, pg_notify('jobs_changed', job_id::text || ':progress') AS notified
+-- Watchers hear of it only while a WatchJob stream is open somewhere (0027_notify_changes_only_while_watched.sql).
+SELECT job_id, fencing_token,
+       CASE WHEN jobs_changes_watched() THEN pg_notify('jobs_changed', job_id::text || ':progress') END AS notified
 FROM written;
 
 -- name: progress_get
