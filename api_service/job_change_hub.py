@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -111,8 +110,7 @@ class JobChangeHub:
             await self._listen(self._database_url)
         finally:
             renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewing
+            await asyncio.gather(renewing, return_exceptions=True)
 
     async def _listen(self, database_url: str) -> None:
         delay = 0.5
