@@ -49,7 +49,8 @@ class JobChangeHub:
         self._registration_seconds = registration_seconds
         self._renew_seconds = renew_seconds
         self._settle_seconds = settle_seconds
-        self._registered_until = 0.0  # monotonic; taken before the write, so never later than the row's
+        # Monotonic, taken before the write: this process's row lasts at least registration_seconds from it.
+        self._registered_at = float("-inf")  # never yet
         self._registering = asyncio.Lock()
 
     @asynccontextmanager
@@ -78,8 +79,8 @@ class JobChangeHub:
         async with self._registering:
             if not self._renewal_due():
                 return
-            lapsed = time.monotonic() >= self._registered_until
             asked_at = time.monotonic()
+            lapsed = asked_at >= self._registered_at + self._registration_seconds
             try:
                 async with self._db.transaction() as conn:
                     await register_change_watcher(conn, self._listener, self._registration_seconds)
@@ -87,12 +88,12 @@ class JobChangeHub:
                 # Streams still read again on their own timer; only the wake-ups are missing.
                 log.warning("could not register for job change notifications: %s", exc.message)
                 return
-            self._registered_until = asked_at + self._registration_seconds
+            self._registered_at = asked_at
         if lapsed:
             asyncio.get_running_loop().call_later(self._settle_seconds, self._wake_all)
 
     def _renewal_due(self) -> bool:
-        return time.monotonic() >= self._registered_until - self._registration_seconds + self._renew_seconds
+        return time.monotonic() >= self._registered_at + self._renew_seconds
 
     async def _keep_registered(self) -> None:
         while True:

@@ -38,7 +38,7 @@ def _watched(sync_db, seconds: float = 60.0) -> None:
     )
 
 
-def _changes_heard(database_url: str, sync_db, make_changes) -> list[str]:
+def _changes_heard(database_url: str, make_changes) -> list[str]:
     with psycopg.connect(database_url, autocommit=True) as listener:
         listener.execute(f"LISTEN {CHANGED_CHANNEL}")
         make_changes()
@@ -78,9 +78,9 @@ async def test_nothing_is_notified_while_no_watcher_is_registered(db, sync_db, d
         )
         sync_db.execute("UPDATE jobs SET cancel_requested = true WHERE NOT cancel_requested")
 
-    assert _changes_heard(database_url, sync_db, changes) == []
+    assert _changes_heard(database_url, changes) == []
     _watched(sync_db)
-    heard = _changes_heard(database_url, sync_db, changes)
+    heard = _changes_heard(database_url, changes)
     assert [payload.partition(":")[2] for payload in heard] == ["1", "2"]
 
 
