@@ -873,7 +873,8 @@ END $$;
 
 CREATE FUNCTION public.jobs_record_event() RETURNS trigger
     LANGUAGE plpgsql
-    AS $_$
+    SET enable_nestloop TO 'off'
+    AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO job_events (job_id, tenant, sequence, from_state, to_state, attempt, fencing_token, actor,
@@ -888,29 +889,24 @@ BEGIN
         END IF;
     ELSE
         -- bump_sequence raised `sequence` exactly for the rows whose state or cancel request changed.
-        EXECUTE $sql$
-            WITH changed AS MATERIALIZED (
-                SELECT n.job_id, n.tenant, n.sequence, o.state AS from_state, n.state AS to_state, n.attempts,
-                       n.fencing_token, n.transition_actor, n.transition_reason,
-                       row_number() OVER () AS position
-                FROM new_rows AS n
-                JOIN old_rows AS o ON o.job_id = n.job_id
-                WHERE o.sequence IS DISTINCT FROM n.sequence
-            ), recorded AS (
-                INSERT INTO job_events (job_id, tenant, sequence, from_state, to_state, attempt, fencing_token,
-                                        actor, reason)
-                SELECT job_id, tenant, sequence, from_state, to_state, attempts, fencing_token, transition_actor,
-                       transition_reason
-                FROM changed
-            )
-            SELECT pg_notify('jobs_changed', string_agg(c.job_id::text || ':' || c.sequence::text, ','))
-            FROM changed AS c
-            WHERE jobs_changes_watched()
-            GROUP BY (c.position - 1) / jobs_changed_batch_size()
-        $sql$;
+        INSERT INTO job_events (job_id, tenant, sequence, from_state, to_state, attempt, fencing_token, actor,
+                                reason)
+        SELECT n.job_id, n.tenant, n.sequence, o.state, n.state, n.attempts, n.fencing_token, n.transition_actor,
+               n.transition_reason
+        FROM new_rows AS n
+        JOIN old_rows AS o ON o.job_id = n.job_id
+        WHERE o.sequence IS DISTINCT FROM n.sequence;
+        IF jobs_changes_watched() THEN
+            PERFORM pg_notify('jobs_changed', string_agg(c.job_id::text || ':' || c.sequence::text, ','))
+            FROM (SELECT n.job_id, n.sequence, row_number() OVER () AS position
+                  FROM new_rows AS n
+                  JOIN old_rows AS o ON o.job_id = n.job_id
+                  WHERE o.sequence IS DISTINCT FROM n.sequence) AS c
+            GROUP BY (c.position - 1) / jobs_changed_batch_size();
+        END IF;
     END IF;
     RETURN NULL;
-END $_$;
+END $$;
 
 CREATE FUNCTION public.jobs_retention_floor() RETURNS interval
     LANGUAGE sql IMMUTABLE

@@ -147,3 +147,24 @@ async def test_a_sequence_a_statement_writes_against_the_rule_is_replaced_by_the
         {"sequence": 1},
         {"sequence": 2},
     ]
+
+
+async def test_a_plan_kept_from_a_one_row_statement_records_every_row_of_a_large_one(db, sync_db):
+    # The history trigger's plan lasts the session: made at a one-row transition, it is reused for a
+    # statement of many rows, and the transition tables' join must still pair every row with its old self.
+    jobs = await factories.insert_jobs(db, JOBS_IN_ONE_STATEMENT)
+    first = jobs[0].job_id
+    assert (
+        sync_db.execute(
+            "UPDATE jobs SET cancel_requested = true, transition_actor = 'tenant:t', transition_reason = 'one'"
+            " WHERE job_id = %s",
+            (first,),
+        )
+        == 1
+    )
+    assert _cancel_all_in_one_statement(sync_db) == JOBS_IN_ONE_STATEMENT
+    events = sync_db.rows("SELECT job_id::text, sequence, reason FROM job_events WHERE sequence > 1")
+    # The first job's second UPDATE changes nothing a transition is made of: no event for it.
+    assert sorted((e["job_id"], e["sequence"], e["reason"]) for e in events) == sorted(
+        [(first, 2, "one")] + [(job.job_id, 2, "cancel") for job in jobs[1:]]
+    )
