@@ -374,25 +374,45 @@ BEGIN
     END LOOP;
 
     IF keys_locked AND claimed > 0 THEN
-        -- Tokens taken from each rate-limited key, by the clock the room was computed with. From the row as
-        -- it is when this claim gets to it: claims sharing a key's lock charge it one after another.
-        INSERT INTO job_key_state (key)
-        SELECT l.key
-        FROM job_limits AS l
-        -- Tried only for a key with no state yet: an insert meeting a row another claim is charging would
-        -- wait for that claim to commit.
-        WHERE l.key = ANY (limited) AND l.rate_per_second > 0
-          AND NOT EXISTS (SELECT 1 FROM job_key_state AS s WHERE s.key = l.key)
-        ON CONFLICT (key) DO NOTHING;
-        UPDATE job_key_state AS s
-        SET tokens = jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, at) - t.n,
-            refilled_at = at
+        -- Tokens taken from each rate-limited key, by the clock the room was computed with. A key locked
+        -- shared is charged in a row of this backend's own, which no other claim writes: claims sharing a
+        -- key's lock charged its one row one after another, each waiting for the last to commit. A key
+        -- locked exclusively is charged in its bucket, and the charges made under shared locks are folded in.
+        INSERT INTO job_key_charges AS c (key, holder, taken)
+        SELECT t.key, pg_backend_pid(), t.n
         FROM (SELECT k.key, CASE WHEN k.key = ANY (kind_keys)
                                  THEN claimed
                                  ELSE coalesce((claimed_by_tenant ->> substr(k.key, 8))::integer, 0) END AS n
-              FROM unnest(limited) AS k(key)) AS t
+              FROM unnest(shared_keys) AS k(key)) AS t
         JOIN job_limits AS l ON l.key = t.key
-        WHERE s.key = t.key AND l.rate_per_second > 0 AND t.n > 0;
+        WHERE l.rate_per_second > 0 AND t.n > 0
+        ON CONFLICT (key, holder) DO UPDATE SET taken = c.taken + EXCLUDED.taken;
+        IF EXISTS (SELECT 1 FROM unnest(limited) AS k(key) WHERE NOT k.key = ANY (shared_keys)) THEN
+            -- Tried only for a key with no state yet: an insert meeting a row another claim is charging
+            -- would wait for that claim to commit.
+            INSERT INTO job_key_state (key)
+            SELECT l.key
+            FROM job_limits AS l
+            WHERE l.key = ANY (limited) AND NOT l.key = ANY (shared_keys) AND l.rate_per_second > 0
+              AND NOT EXISTS (SELECT 1 FROM job_key_state AS s WHERE s.key = l.key)
+            ON CONFLICT (key) DO NOTHING;
+            WITH charged AS (
+                UPDATE job_key_state AS s
+                SET tokens = jobs_key_tokens(l.key, l.rate_per_second, l.burst, s.tokens, s.refilled_at, at) - t.n,
+                    refilled_at = at
+                FROM (SELECT k.key, CASE WHEN k.key = ANY (kind_keys)
+                                         THEN claimed
+                                         ELSE coalesce((claimed_by_tenant ->> substr(k.key, 8))::integer, 0) END AS n
+                      FROM unnest(limited) AS k(key)
+                      WHERE NOT k.key = ANY (shared_keys)) AS t
+                JOIN job_limits AS l ON l.key = t.key
+                WHERE s.key = t.key AND l.rate_per_second > 0 AND t.n > 0
+                RETURNING s.key
+            )
+            DELETE FROM job_key_charges AS c
+            USING charged AS d
+            WHERE c.key = d.key;
+        END IF;
     END IF;
 END
 $$;
@@ -480,7 +500,7 @@ BEGIN
                 max_of := max_of || jsonb_build_object(limit_row.key, limit_row.max_running);
             END IF;
             IF limit_row.rate_per_second > 0 THEN
-                tokens_of := tokens_of || jsonb_build_object(limit_row.key, floor(jobs_bucket_tokens(
+                tokens_of := tokens_of || jsonb_build_object(limit_row.key, floor(jobs_key_tokens(limit_row.key,
                     limit_row.rate_per_second, limit_row.burst, limit_row.tokens, limit_row.refilled_at, at)));
             END IF;
         END LOOP;
@@ -565,12 +585,18 @@ BEGIN
     ), charged AS (
         -- Tokens taken from each rate-limited key, by the clock the room was computed with.
         INSERT INTO job_key_state AS s (key, tokens, refilled_at)
-        SELECT l.key, jobs_bucket_tokens(l.rate_per_second, l.burst, s0.tokens, s0.refilled_at, at) - t.n, at
+        SELECT l.key, jobs_key_tokens(l.key, l.rate_per_second, l.burst, s0.tokens, s0.refilled_at, at) - t.n, at
         FROM taken AS t
         JOIN job_limits AS l ON l.key = t.key
         LEFT JOIN job_key_state AS s0 ON s0.key = l.key
         WHERE l.rate_per_second > 0
         ON CONFLICT (key) DO UPDATE SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+    ), folded AS (
+        -- The charges of claims that held the key shared, counted in the tokens above (this statement's
+        -- snapshot, which their deletion here does not change).
+        DELETE FROM job_key_charges AS pending
+        USING taken AS t
+        WHERE pending.key = t.key
     )
     SELECT cl.job_id, cl.tenant, cl.kind, cl.payload, cl.attempts, cl.max_attempts, cl.fencing_token,
            cl.lease_expires_at, cl.created_at, cl.queued_since, cl.started_at, cl.traceparent, cl.tracestate
@@ -721,7 +747,7 @@ DECLARE
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM job_limits AS l WHERE l.key = ANY (keys) AND l.max_running > 0) THEN
         SELECT coalesce(jsonb_object_agg(l.key, greatest(0,
-                   floor(jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)))), '{}')
+                   floor(jobs_key_tokens(l.key, l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)))), '{}')
         INTO rooms
         FROM job_limits AS l
         LEFT JOIN job_key_state AS s ON s.key = l.key
@@ -746,7 +772,7 @@ BEGIN
     SELECT coalesce(jsonb_object_agg(l.key, greatest(0, least(
                CASE WHEN l.max_running > 0 THEN l.max_running - coalesce(r.n, 0) END,
                CASE WHEN l.rate_per_second > 0
-                    THEN floor(jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)) END))),
+                    THEN floor(jobs_key_tokens(l.key, l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)) END))),
            '{}')
     INTO rooms
     FROM job_limits AS l
@@ -772,7 +798,7 @@ BEGIN
     SELECT coalesce(jsonb_object_agg(l.key, greatest(0, least(
                CASE WHEN l.max_running > 0 THEN l.max_running - running END,
                CASE WHEN l.rate_per_second > 0
-                    THEN floor(jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)) END))),
+                    THEN floor(jobs_key_tokens(l.key, l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)) END))),
            '{}')
     INTO rooms
     FROM job_limits AS l
@@ -821,6 +847,16 @@ CREATE FUNCTION public.jobs_hold_key(hold_key text, hold_until timestamp with ti
             SET held_until = greatest(coalesce(s.held_until, EXCLUDED.held_until), EXCLUDED.held_until)
         RETURNING held_until
     $$;
+
+CREATE FUNCTION public.jobs_key_tokens(of_key text, rate double precision, burst integer, tokens double precision, refilled_at timestamp with time zone, at timestamp with time zone) RETURNS double precision
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN jobs_bucket_tokens(rate, burst, tokens, refilled_at, at)
+           - coalesce((SELECT sum(c.taken) FROM job_key_charges AS c WHERE c.key = of_key), 0);
+END
+$$;
 
 CREATE FUNCTION public.jobs_new_job_id() RETURNS uuid
     LANGUAGE sql
@@ -1023,8 +1059,8 @@ CREATE FUNCTION public.jobs_waiting_reason(for_job uuid) RETURNS TABLE(reason te
                 WHEN (l.max_running > 0 AND coalesce(r.n, 0) >= l.max_running)
                      OR (c.own_bound > 0 AND coalesce(r.n, 0) >= c.own_bound) THEN 'limit_running'
                 WHEN l.rate_per_second > 0
-                     AND jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at,
-                                            clock_timestamp()) < 1 THEN 'limit_rate'
+                     AND jobs_key_tokens(c.key, l.rate_per_second, l.burst, s.tokens, s.refilled_at,
+                                         clock_timestamp()) < 1 THEN 'limit_rate'
                 END, c.key
             FROM carried AS c
             LEFT JOIN job_limits AS l ON l.key = c.key
@@ -1111,6 +1147,13 @@ CREATE TABLE public.job_events (
     actor text NOT NULL,
     reason text NOT NULL,
     at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+CREATE TABLE public.job_key_charges (
+    key text NOT NULL,
+    holder integer NOT NULL,
+    taken bigint NOT NULL,
+    CONSTRAINT job_key_charges_taken_check CHECK ((taken >= 0))
 );
 
 CREATE TABLE public.job_key_state (
@@ -1365,6 +1408,9 @@ ALTER TABLE ONLY public.job_checkpoints
 ALTER TABLE ONLY public.job_events
     ADD CONSTRAINT job_events_pkey PRIMARY KEY (job_id, sequence);
 
+ALTER TABLE ONLY public.job_key_charges
+    ADD CONSTRAINT job_key_charges_pkey PRIMARY KEY (key, holder);
+
 ALTER TABLE ONLY public.job_key_state
     ADD CONSTRAINT job_key_state_pkey PRIMARY KEY (key);
 
@@ -1611,6 +1657,9 @@ GRANT SELECT ON TABLE public.job_checkpoints TO jobs_worker;
 
 GRANT SELECT,INSERT ON TABLE public.job_events TO jobs_api;
 GRANT INSERT ON TABLE public.job_events TO jobs_worker;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.job_key_charges TO jobs_worker;
+GRANT SELECT ON TABLE public.job_key_charges TO jobs_api;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.job_key_state TO jobs_worker;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.job_key_state TO jobs_api;

@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Completion, ErrorCategory, JobError, JobState, LeaseRef
 from shared.domain.limit_keys import WaitingReason, scope_submission_keys
-from shared.storage import lease_store, scheduling_store
+from shared.storage import lease_store, queries, scheduling_store
 from tests import factories
 
 pytestmark = pytest.mark.timeout(60)
@@ -196,6 +197,71 @@ async def test_claims_far_from_a_rate_limit_take_one_token_per_job_as_claims_nea
 
     assert [len(await factories.claim(db, limit=10)) for _ in range(4)] == [10, 10, 5, 0]
     assert sync_db.one("SELECT floor(tokens) AS left FROM job_key_state WHERE key = 'kind:echo'")["left"] == 0
+
+
+def _shared_lock_room(sync_db) -> int:
+    """The room a key needs for a claim of 50 to lock it shared (0022): 50 for every claim that could run."""
+    return int(sync_db.one("SELECT current_setting('max_connections')::integer * 50 AS room")["room"])
+
+
+def _charges(sync_db, key: str) -> int:
+    return int(sync_db.one("SELECT coalesce(sum(taken), 0) AS n FROM job_key_charges WHERE key = %s", (key,))["n"])
+
+
+async def test_claims_holding_a_rate_key_shared_charge_rows_of_their_own_and_one_locking_it_folds_them(db, sync_db):
+    # A bucket with room for five claims of 50 held shared, then none: the sixth locks the key exclusively.
+    room = _shared_lock_room(sync_db)
+    await factories.insert_jobs(db, 400)
+    factories.set_limit(sync_db, "kind:echo", rate_per_second=0.001, burst=room + 200)
+
+    for n in range(1, 6):
+        assert len(await factories.claim(db, limit=50)) == 50
+        assert _charges(sync_db, "kind:echo") == 50 * n  # beside the bucket, which is not written
+        assert sync_db.rows("SELECT tokens FROM job_key_state WHERE key = 'kind:echo' AND tokens IS NOT NULL") == []
+
+    assert len(await factories.claim(db, limit=50)) == 50
+    assert _charges(sync_db, "kind:echo") == 0
+    left = sync_db.one("SELECT floor(tokens) AS left FROM job_key_state WHERE key = 'kind:echo'")["left"]
+    assert left == room + 200 - 300
+
+
+async def test_charges_not_yet_folded_are_taken_from_the_tokens_a_claim_may_use(db, sync_db):
+    # As if other claimers had charged all but 10 of a full bucket while holding the key shared.
+    room = _shared_lock_room(sync_db)
+    jobs = await factories.insert_jobs(db, 60, tenant=A)
+    factories.set_limit(sync_db, "kind:echo", rate_per_second=0.001, burst=room + 200)
+    sync_db.execute("INSERT INTO job_key_charges (key, holder, taken) VALUES ('kind:echo', -1, %s)", (room + 190,))
+    async with db.transaction() as conn:
+        # Before any claim folds them, what a job waiting for the key is told counts them too.
+        assert await scheduling_store.waiting_reason(conn, A, jobs[-1].job_id) is None
+        sync_db.execute("UPDATE job_key_charges SET taken = taken + 10")
+        assert await scheduling_store.waiting_reason(conn, A, jobs[-1].job_id) == WaitingReason(
+            "limit_rate", "kind:echo"
+        )
+    sync_db.execute("UPDATE job_key_charges SET taken = taken - 10")
+
+    assert len(await factories.claim(db, limit=50)) == 10
+    assert await factories.claim(db, limit=50) == []
+    assert _charges(sync_db, "kind:echo") == 0  # folded by the claim that locked the key alone
+
+
+async def test_a_claim_holding_a_rate_key_shared_does_not_wait_for_another_to_commit(db, database_url, sync_db):
+    room = _shared_lock_room(sync_db)
+    await factories.insert_jobs(db, 100)
+    factories.set_limit(sync_db, "kind:echo", rate_per_second=1000.0, burst=room * 4)
+
+    def claim(conn: psycopg.Connection, worker_id: str) -> int:
+        params = {"worker_id": worker_id, "kinds": ["echo"], "limit": 50, "lease_seconds": 60}
+        return len(conn.execute(queries.JOB_CLAIM_BATCH, params).fetchall())
+
+    with psycopg.connect(database_url) as first, psycopg.connect(database_url) as second:
+        assert claim(first, "first") == 50
+        # The first claim's transaction is still open, its charge uncommitted: the second does not wait.
+        second.execute("SET statement_timeout = '5s'")
+        assert claim(second, "second") == 50
+        second.commit()
+        first.commit()
+    assert _charges(sync_db, "kind:echo") == 100
 
 
 async def test_a_held_key_waits_until_its_time_for_every_job_that_carries_it(db, sync_db):

@@ -81,7 +81,7 @@ WITH exporter AS (
            coalesce(s.held_until > statement_timestamp(), false)
            OR (l.max_running > 0 AND coalesce(r.n, 0) >= l.max_running)
            OR (l.rate_per_second > 0
-               AND jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, statement_timestamp()) < 1)
+               AND jobs_key_tokens(k.key, l.rate_per_second, l.burst, s.tokens, s.refilled_at, statement_timestamp()) < 1)
                AS saturated
     FROM keys AS k
     LEFT JOIN job_limits AS l ON l.key = k.key
