@@ -225,13 +225,14 @@ async def tenant_wait_under_flood(urls: dict[str, str]) -> dict[str, float]:
     return results
 
 
-async def throughput_on_against_off(url_off: str, url_on: str) -> dict[str, float]:
+async def throughput_on_against_off(url_off: str, url_on: str, *, on_first: bool = False) -> dict[str, float]:
     """Jobs per second drained by four claimers: one tenant and no limits (off), against four weighted
     tenants under a tenant limit, a kind rate limit and a kind concurrency limit none of which binds (on):
-    what the fair order and the enforcement cost."""
+    what the fair order and the enforcement cost. `on_first` runs the "on" side first."""
     jobs = env_int("BENCH_FAIR_THROUGHPUT_JOBS", 20_000)
     out: dict[str, float] = {"jobs": jobs}
-    for label, url in (("off", url_off), ("on", url_on)):
+    sides = [("off", url_off), ("on", url_on)]
+    for label, url in reversed(sides) if on_first else sides:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             # Each side's load and drain in one checkpoint's span: a checkpoint that the WAL of what ran
             # before (the last scenario, the other side) made due would fall in the drain of one side only,
