@@ -139,6 +139,27 @@ async def test_a_key_just_short_of_room_for_every_claim_at_once_is_claimed_up_to
     assert len(await factories.claim(db, limit=50)) == 50
 
 
+async def test_a_room_remembered_from_the_last_claim_chooses_the_lock_never_what_is_taken(db, database_url, sync_db):
+    # The session's last count under the locks judges the next claim's lock mode. A limit lowered since
+    # then leaves it too large: the key is locked shared by it, and the count after the lock still decides,
+    # so the claim takes its part of what is left, never the remembered room.
+    holders = int(sync_db.one("SELECT current_setting('max_connections') AS n")["n"])
+    await factories.insert_jobs(db, 200)
+    factories.set_limit(sync_db, "kind:echo", max_running=holders * 50 + 1000)
+    params = {"worker_id": "w", "kinds": ["echo"], "limit": 50, "lease_seconds": 60}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+
+        def claim() -> int:
+            return len(conn.execute(queries.JOB_CLAIM_BATCH, params).fetchall())
+
+        assert claim() == 50
+        factories.set_limit(sync_db, "kind:echo", max_running=60)
+        assert claim() == (60 - 50) // holders  # locked shared by the remembered room: a part of the 10 left
+        assert claim() == 10  # judged by the count just made: locked alone, and the rest taken
+        assert claim() == 0
+    assert sync_db.one("SELECT count(*) AS n FROM jobs WHERE state = 'running'")["n"] == 60
+
+
 async def _echo_and_sleep_declaring_a_key_limited_to_3(db, sync_db, *, sleep_jobs: int, echo_jobs: int) -> None:
     factories.declare_kind_keys(sync_db, "echo", ["provider:x"])
     factories.declare_kind_keys(sync_db, "sleep", ["provider:x"])
