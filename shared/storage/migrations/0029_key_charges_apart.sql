@@ -11,6 +11,19 @@
 -- folded, and once fewer than a shared lock needs, the next claim locks exclusively and folds them.
 -- Measured on the drain of four tenants under limits (alternating fresh databases, medians of six):
 -- 9,370 -> 10,216 jobs/s; the lock waits 5.6% -> 1.3%.
+--
+-- And the claim's first judgment of its keys' room (0026's floor) comes from what the session's last
+-- claim counted. The judgment only chooses how a claim locks each key of its limits. A key locked shared is taken by the
+-- part of its room, counted after the lock, that every claim could take at once; so a key judged to have
+-- more room than it has is claimed less, never more, and taking a key alone is always safe. The floor
+-- counted every running job and read every bucket at every claim under limits, and the count under the
+-- locks, a moment before in the same session, knew as much to within that moment's claims. Now that
+-- count is remembered for the session (a setting, with its time), less the part the claim that made it
+-- may take, and the next claim judges by it when it is younger than a second and has every key, by the
+-- floor otherwise. What a claim may take is decided as before. A limit lowered within that second can
+-- have the next claim lock its key shared and take its part of what is left instead of all of it, once.
+-- The floor's two statements were 0.21 ms of a claim's 7.8 ms with four claimers busy; the drain of four
+-- tenants under limits gained 5% and 2% in two runs of eight alternating pairs (medians of each side).
 CREATE TABLE job_key_charges (
     key text NOT NULL,
     -- The charging backend's pid: one writer per row while it lives.
@@ -35,7 +48,27 @@ BEGIN
 END
 $$;
 
--- 0025's room, its tokens read through jobs_key_tokens.
+-- Keeps the rooms a claim counted under its locks for the session's next judgment (a setting that
+-- lasts the session), less what that claim may take of a key it holds shared (its part: the room
+-- divided by max_connections), so that a key crossing that bound is judged short at the next claim.
+-- In PL/pgSQL, planned once per session: as SQL, not inlined, it was planned at every call.
+CREATE FUNCTION jobs_claim_rooms_remember(rooms jsonb, at timestamptz) RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    AS $$
+DECLARE
+    holders integer := current_setting('max_connections')::integer;
+BEGIN
+    PERFORM set_config('jobs.claim_rooms',
+                       jsonb_build_object('at', extract(epoch FROM at),
+                                          'rooms', (SELECT coalesce(jsonb_object_agg(r.key, r.value::bigint
+                                                                                         - r.value::bigint / holders),
+                                                                    '{}')
+                                                    FROM jsonb_each_text(rooms) AS r))::text,
+                       false);
+END
+$$;
+
+-- 0025's room, its tokens read through jobs_key_tokens, remembering what it found.
 CREATE OR REPLACE FUNCTION jobs_claim_room(keys text[], at timestamptz) RETURNS jsonb
     LANGUAGE plpgsql STABLE
     SET search_path = public, pg_temp
@@ -50,6 +83,7 @@ BEGIN
         FROM job_limits AS l
         LEFT JOIN job_key_state AS s ON s.key = l.key
         WHERE l.key = ANY (keys) AND l.rate_per_second > 0;
+        PERFORM jobs_claim_rooms_remember(rooms, at);
         RETURN rooms;
     END IF;
     WITH held AS (
@@ -77,11 +111,12 @@ BEGIN
     LEFT JOIN job_key_state AS s ON s.key = l.key
     LEFT JOIN running AS r ON r.key = l.key
     WHERE l.key = ANY (keys) AND (l.max_running > 0 OR l.rate_per_second > 0);
+    PERFORM jobs_claim_rooms_remember(rooms, at);
     RETURN rooms;
 END
 $$;
 
--- 0026's floor, its tokens read through jobs_key_tokens.
+-- 0026's floor, its tokens read through jobs_key_tokens, judging by the last count when it can.
 CREATE OR REPLACE FUNCTION jobs_claim_room_floor(keys text[], at timestamptz) RETURNS jsonb
     LANGUAGE plpgsql STABLE
     SET search_path = public, pg_temp
@@ -89,7 +124,15 @@ CREATE OR REPLACE FUNCTION jobs_claim_room_floor(keys text[], at timestamptz) RE
 DECLARE
     rooms jsonb;
     running bigint;
+    remembered jsonb := nullif(current_setting('jobs.claim_rooms', true), '')::jsonb;
 BEGIN
+    -- The rooms this session's last claim counted under its locks, if it was a moment ago and counted
+    -- every key asked for.
+    IF remembered IS NOT NULL
+       AND extract(epoch FROM at) - (remembered ->> 'at')::double precision BETWEEN 0 AND 1
+       AND (remembered -> 'rooms') ?& keys THEN
+        RETURN remembered -> 'rooms';
+    END IF;
     IF EXISTS (SELECT 1 FROM job_limits AS l WHERE l.key = ANY (keys) AND l.max_running > 0) THEN
         -- Every running job, whatever keys it holds: no key has more.
         SELECT count(*) INTO running FROM jobs AS j WHERE j.state = 'running';
@@ -695,5 +738,6 @@ BEGIN
         ALTER TABLE job_key_charges OWNER TO jobs_migrator;
         ALTER FUNCTION jobs_key_tokens(text, double precision, integer, double precision, timestamptz, timestamptz)
             OWNER TO jobs_migrator;
+        ALTER FUNCTION jobs_claim_rooms_remember(jsonb, timestamptz) OWNER TO jobs_migrator;
     END IF;
 END $$;
