@@ -3,6 +3,7 @@ keys passed over (never waited behind), rate buckets, holds, and slots freed by 
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -139,13 +140,22 @@ async def test_a_key_just_short_of_room_for_every_claim_at_once_is_claimed_up_to
     assert len(await factories.claim(db, limit=50)) == 50
 
 
+def _remember_rooms(conn: psycopg.Connection, rooms: dict[str, int], seconds_ago: float = 0.0) -> None:
+    """What the session's last claim would have left: its rooms counted under the locks, with their time."""
+    conn.execute(
+        "SELECT set_config('jobs.claim_rooms', jsonb_build_object("
+        " 'at', extract(epoch FROM clock_timestamp()) - %s, 'rooms', %s::jsonb)::text, false)",
+        (seconds_ago, json.dumps(rooms)),
+    )
+
+
 async def test_a_room_remembered_from_the_last_claim_chooses_the_lock_never_what_is_taken(db, database_url, sync_db):
-    # The session's last count under the locks judges the next claim's lock mode. A limit lowered since
-    # then leaves it too large: the key is locked shared by it, and the count after the lock still decides,
-    # so the claim takes its part of what is left, never the remembered room.
+    # The session's last count under the locks judges the next claim's lock mode. One larger than what is
+    # left (a limit lowered since) has the key locked shared, and the count after the lock still decides:
+    # the claim takes its part of what is left, never the remembered room.
     holders = int(sync_db.one("SELECT current_setting('max_connections') AS n")["n"])
     await factories.insert_jobs(db, 200)
-    factories.set_limit(sync_db, "kind:echo", max_running=holders * 50 + 1000)
+    factories.set_limit(sync_db, "kind:echo", max_running=60)
     params = {"worker_id": "w", "kinds": ["echo"], "limit": 50, "lease_seconds": 60}
     with psycopg.connect(database_url, autocommit=True) as conn:
 
@@ -153,11 +163,21 @@ async def test_a_room_remembered_from_the_last_claim_chooses_the_lock_never_what
             return len(conn.execute(queries.JOB_CLAIM_BATCH, params).fetchall())
 
         assert claim() == 50
-        factories.set_limit(sync_db, "kind:echo", max_running=60)
-        assert claim() == (60 - 50) // holders  # locked shared by the remembered room: a part of the 10 left
+        _remember_rooms(conn, {"kind:echo": holders * 50 + 1000})
+        assert claim() == (60 - 50) // holders  # locked shared: a part of the 10 left
         assert claim() == 10  # judged by the count just made: locked alone, and the rest taken
         assert claim() == 0
     assert sync_db.one("SELECT count(*) AS n FROM jobs WHERE state = 'running'")["n"] == 60
+
+
+async def test_a_room_remembered_more_than_a_second_ago_is_not_judged_by(db, database_url, sync_db):
+    holders = int(sync_db.one("SELECT current_setting('max_connections') AS n")["n"])
+    await factories.insert_jobs(db, 100)
+    factories.set_limit(sync_db, "kind:echo", max_running=40)
+    params = {"worker_id": "w", "kinds": ["echo"], "limit": 50, "lease_seconds": 60}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        _remember_rooms(conn, {"kind:echo": holders * 50 + 1000}, seconds_ago=5.0)
+        assert len(conn.execute(queries.JOB_CLAIM_BATCH, params).fetchall()) == 40  # judged short: locked alone
 
 
 async def _echo_and_sleep_declaring_a_key_limited_to_3(db, sync_db, *, sleep_jobs: int, echo_jobs: int) -> None:
