@@ -50,7 +50,7 @@ class Drain:
 
     async def claimer(self, worker_id: str, total: int | None) -> None:
         async with await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row) as conn:
-            while not self.stop and (total is None or self.done < total):
+            while not self.finished(total):
                 cur = await conn.execute(
                     self.claim_sql,
                     {"worker_id": worker_id, "kinds": list(self.kinds), "limit": self.batch, "lease_seconds": 60},

@@ -396,6 +396,8 @@ DECLARE
     chosen_ids uuid[];
     chosen_tenants text[];
     got jsonb;
+    -- Per limited key, the jobs this claim charges to it.
+    charged_of jsonb;
     claimed_by_tenant jsonb := '{}';
     needs_admission boolean;
     claimed integer := 0;
@@ -652,14 +654,15 @@ BEGIN
         -- shared is charged in a row of this backend's own, which no other claim writes: claims sharing a
         -- key's lock charged its one row one after another, each waiting for the last to commit. A key
         -- locked exclusively is charged in its bucket, and the charges made under shared locks are folded in.
+        SELECT jsonb_object_agg(k.key, CASE WHEN k.key = ANY (kind_keys)
+                                            THEN claimed
+                                            ELSE coalesce((claimed_by_tenant ->> substr(k.key, 8))::integer, 0) END)
+        INTO charged_of
+        FROM unnest(limited) AS k(key);
         INSERT INTO job_key_charges AS c (key, holder, taken)
-        SELECT t.key, pg_backend_pid(), t.n
-        FROM (SELECT k.key, CASE WHEN k.key = ANY (kind_keys)
-                                 THEN claimed
-                                 ELSE coalesce((claimed_by_tenant ->> substr(k.key, 8))::integer, 0) END AS n
-              FROM unnest(shared_keys) AS k(key)) AS t
-        JOIN job_limits AS l ON l.key = t.key
-        WHERE l.rate_per_second > 0 AND t.n > 0
+        SELECT l.key, pg_backend_pid(), (charged_of ->> l.key)::integer
+        FROM job_limits AS l
+        WHERE l.key = ANY (shared_keys) AND l.rate_per_second > 0 AND (charged_of ->> l.key)::integer > 0
         ON CONFLICT (key, holder) DO UPDATE SET taken = c.taken + EXCLUDED.taken;
         IF EXISTS (SELECT 1 FROM unnest(limited) AS k(key) WHERE NOT k.key = ANY (shared_keys)) THEN
             -- Tried only for a key with no state yet: an insert meeting a row another claim is charging
@@ -672,15 +675,12 @@ BEGIN
             ON CONFLICT (key) DO NOTHING;
             WITH charged AS (
                 UPDATE job_key_state AS s
-                SET tokens = jobs_key_tokens(l.key, l.rate_per_second, l.burst, s.tokens, s.refilled_at, at) - t.n,
+                SET tokens = jobs_key_tokens(l.key, l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)
+                             - (charged_of ->> l.key)::integer,
                     refilled_at = at
-                FROM (SELECT k.key, CASE WHEN k.key = ANY (kind_keys)
-                                         THEN claimed
-                                         ELSE coalesce((claimed_by_tenant ->> substr(k.key, 8))::integer, 0) END AS n
-                      FROM unnest(limited) AS k(key)
-                      WHERE NOT k.key = ANY (shared_keys)) AS t
-                JOIN job_limits AS l ON l.key = t.key
-                WHERE s.key = t.key AND l.rate_per_second > 0 AND t.n > 0
+                FROM job_limits AS l
+                WHERE s.key = l.key AND l.key = ANY (limited) AND NOT l.key = ANY (shared_keys)
+                  AND l.rate_per_second > 0 AND (charged_of ->> l.key)::integer > 0
                 RETURNING s.key
             )
             DELETE FROM job_key_charges AS c
