@@ -209,14 +209,16 @@ def _scheduling(only: set[str], figures: dict[str, Any], repeat: int) -> list[tu
             (
                 f"B's p99 wait, A flooding {wait['flood_jobs']:,.0f}",
                 f"{wait['b_flood_p99_ms']:.1f} vs {wait['b_solo_p99_ms']:.1f} ms",
-                f"{wait['ratio']:.2f}x of B alone (target <= 2x); worker-shaped claimers",
+                f"{wait['ratio']:.2f}x of B alone (target <= 2x); worker-shaped claimers,"
+                f" {wait['b_flood_counted']:,.0f} of B's jobs while A's backlog lasted",
             )
         )
         rows.append(
             (
                 "  the same, batch claimers",
                 f"{wait['batch_b_flood_p99_ms']:.1f} vs {wait['batch_b_solo_p99_ms']:.1f} ms",
-                f"{wait['batch_ratio']:.2f}x (claim 50, hold 5 ms, complete 50: the first model)",
+                f"{wait['batch_ratio']:.2f}x (claim 50, hold 5 ms, complete 50: the first model),"
+                f" {wait['batch_b_flood_counted']:,.0f} of B's jobs",
             )
         )
     if "fair_throughput" in only:
