@@ -141,31 +141,50 @@ BEGIN
         FROM unnest(claim_kinds) AS k(kind)
         WHERE NOT EXISTS (SELECT 1 FROM kind_pauses AS p WHERE p.kind = k.kind)
     ), tenants AS (
-        SELECT o.kind, (SELECT j.tenant FROM jobs AS j
-                        WHERE j.state IN ('pending', 'retry_wait') AND j.kind = o.kind
-                        ORDER BY j.tenant LIMIT 1) AS tenant
+        -- Each tenant's first row in the runnable index's order: its next job, unless that one waits for a
+        -- later time or has passed its deadline.
+        SELECT o.kind, f.tenant, f.priority, f.run_after, f.runnable
         FROM open_kinds AS o
+        CROSS JOIN LATERAL (
+            SELECT j.tenant, j.priority, j.run_after,
+                   j.run_after <= clock_timestamp() AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+                       AS runnable
+            FROM jobs AS j
+            WHERE j.state IN ('pending', 'retry_wait') AND j.kind = o.kind
+            ORDER BY j.tenant, j.priority DESC, j.run_after, j.job_id
+            LIMIT 1
+        ) AS f
         UNION ALL
-        SELECT t.kind, (SELECT j.tenant FROM jobs AS j
-                        WHERE j.state IN ('pending', 'retry_wait') AND j.kind = t.kind AND j.tenant > t.tenant
-                        ORDER BY j.tenant LIMIT 1)
+        SELECT t.kind, f.tenant, f.priority, f.run_after, f.runnable
         FROM tenants AS t
-        WHERE t.tenant IS NOT NULL
+        CROSS JOIN LATERAL (
+            SELECT j.tenant, j.priority, j.run_after,
+                   j.run_after <= clock_timestamp() AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+                       AS runnable
+            FROM jobs AS j
+            WHERE j.state IN ('pending', 'retry_wait') AND j.kind = t.kind AND j.tenant > t.tenant
+            ORDER BY j.tenant, j.priority DESC, j.run_after, j.job_id
+            LIMIT 1
+        ) AS f
     )
     SELECT array_agg(t.kind ORDER BY t.kind, t.tenant), array_agg(t.tenant ORDER BY t.kind, t.tenant),
            array_agg(h.priority ORDER BY t.kind, t.tenant), array_agg(h.run_after ORDER BY t.kind, t.tenant)
     INTO queue_kinds, queue_tenants, head_priorities, head_ages
     FROM tenants AS t
     CROSS JOIN LATERAL (
-        SELECT j.priority, j.run_after
-        FROM jobs AS j
-        WHERE j.state IN ('pending', 'retry_wait') AND j.kind = t.kind AND j.tenant = t.tenant
-          AND j.run_after <= clock_timestamp()
-          AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
-        ORDER BY j.priority DESC, j.run_after, j.job_id
-        LIMIT 1
-    ) AS h
-    WHERE t.tenant IS NOT NULL;
+        SELECT t.priority, t.run_after
+        WHERE t.runnable
+        UNION ALL
+        -- Looked up only behind a first row that cannot run now (a one-time filter).
+        (SELECT j.priority, j.run_after
+         FROM jobs AS j
+         WHERE NOT t.runnable
+           AND j.state IN ('pending', 'retry_wait') AND j.kind = t.kind AND j.tenant = t.tenant
+           AND j.run_after <= clock_timestamp()
+           AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+         ORDER BY j.priority DESC, j.run_after, j.job_id
+         LIMIT 1)
+    ) AS h;
 
     IF queue_kinds IS NULL THEN
         RETURN;  -- nothing to claim now
@@ -290,17 +309,25 @@ BEGIN
             END LOOP;
         END IF;
 
-        -- The locked rows that fit the room, by share, as the parts were made.
-        SELECT coalesce(array_agg(c.job_id), '{}'), coalesce(array_agg(c.tenant), '{}')
-        INTO chosen_ids, chosen_tenants
-        FROM (SELECT l.job_id, l.tenant
-              FROM (SELECT u.job_id, u.tenant, row_number() OVER (PARTITION BY u.tenant ORDER BY u.ord) AS n
-                    FROM unnest(locked_ids, locked_tenants) WITH ORDINALITY AS u(job_id, tenant, ord)) AS l
-              JOIN unnest(live, running, weights) AS q(tenant, running, weight) ON q.tenant = l.tenant
-              JOIN unnest(queue_tenants, head_ages) AS h(tenant, age) ON h.tenant = l.tenant
-              WHERE l.n <= coalesce((tenant_room ->> l.tenant)::integer, claim_limit)
-              ORDER BY (q.running + l.n)::float8 / q.weight, h.age, l.tenant
-              LIMIT least(claim_limit - claimed, coalesce(room, claim_limit))) AS c;
+        -- The locked rows that fit the room, by share, as the parts were made: all of them when the room
+        -- left under every key holds them all (the parts never add up to more than the batch's rest).
+        IF coalesce(room, claim_limit) >= cardinality(locked_ids)
+           AND (tenant_room = '{}'
+                OR (SELECT min(e.value::integer) FROM jsonb_each_text(tenant_room) AS e) >= cardinality(locked_ids)) THEN
+            chosen_ids := locked_ids;
+            chosen_tenants := locked_tenants;
+        ELSE
+            SELECT coalesce(array_agg(c.job_id), '{}'), coalesce(array_agg(c.tenant), '{}')
+            INTO chosen_ids, chosen_tenants
+            FROM (SELECT l.job_id, l.tenant
+                  FROM (SELECT u.job_id, u.tenant, row_number() OVER (PARTITION BY u.tenant ORDER BY u.ord) AS n
+                        FROM unnest(locked_ids, locked_tenants) WITH ORDINALITY AS u(job_id, tenant, ord)) AS l
+                  JOIN unnest(live, running, weights) AS q(tenant, running, weight) ON q.tenant = l.tenant
+                  JOIN unnest(queue_tenants, head_ages) AS h(tenant, age) ON h.tenant = l.tenant
+                  WHERE l.n <= coalesce((tenant_room ->> l.tenant)::integer, claim_limit)
+                  ORDER BY (q.running + l.n)::float8 / q.weight, h.age, l.tenant
+                  LIMIT least(claim_limit - claimed, coalesce(room, claim_limit))) AS c;
+        END IF;
 
         IF cardinality(chosen_ids) > 0 THEN
             RETURN QUERY
@@ -323,14 +350,18 @@ BEGIN
                       j.lease_expires_at, j.created_at, greatest(j.run_after, j.created_at), j.started_at,
                       j.traceparent, j.tracestate;
             claimed := claimed + cardinality(chosen_ids);
-            SELECT coalesce(jsonb_object_agg(c.tenant, c.n), '{}') INTO got
-            FROM (SELECT u.tenant, count(*) AS n FROM unnest(chosen_tenants) AS u(tenant) GROUP BY u.tenant) AS c;
-            claimed_by_tenant := (SELECT jsonb_object_agg(u.tenant, coalesce((claimed_by_tenant ->> u.tenant)::integer, 0)
-                                                                    + coalesce((got ->> u.tenant)::integer, 0))
-                                  FROM unnest(queue_tenants) AS u(tenant));
             room := room - cardinality(chosen_ids);
-            tenant_room := (SELECT coalesce(jsonb_object_agg(e.key, e.value::integer - coalesce((got ->> e.key)::integer, 0)), '{}')
-                            FROM jsonb_each_text(tenant_room) AS e);
+            -- What each tenant got, for the next round's parts and rooms and for the charges to the keys:
+            -- not counted when this round is the last and no key is charged.
+            IF keys_locked OR NOT (claimed >= claim_limit OR rounds >= 6 OR coalesce(room = 0, false)) THEN
+                SELECT coalesce(jsonb_object_agg(c.tenant, c.n), '{}') INTO got
+                FROM (SELECT u.tenant, count(*) AS n FROM unnest(chosen_tenants) AS u(tenant) GROUP BY u.tenant) AS c;
+                claimed_by_tenant := (SELECT jsonb_object_agg(u.tenant, coalesce((claimed_by_tenant ->> u.tenant)::integer, 0)
+                                                                        + coalesce((got ->> u.tenant)::integer, 0))
+                                      FROM unnest(queue_tenants) AS u(tenant));
+                tenant_room := (SELECT coalesce(jsonb_object_agg(e.key, e.value::integer - coalesce((got ->> e.key)::integer, 0)), '{}')
+                                FROM jsonb_each_text(tenant_room) AS e);
+            END IF;
         ELSE
             got := '{}';
         END IF;

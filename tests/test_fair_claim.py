@@ -71,6 +71,26 @@ async def test_a_batch_goes_on_to_the_next_priority_once_no_tenant_has_more_at_t
     assert {job.job_id for job in claimed[2:]} == {job.job_id for job in lower}
 
 
+@pytest.mark.parametrize("first", ["waiting for a later time", "past its deadline"])
+async def test_a_tenant_whose_first_queued_job_cannot_run_now_still_gets_its_share(db, first):
+    # A's first row in the runnable index's order cannot be claimed now: a priority-5 job due in an hour,
+    # or the oldest job, past its deadline. A's next job is behind it, and A still shares the batch.
+    now = datetime.now(UTC)
+    if first == "waiting for a later time":
+        (blocked,) = await factories.insert_jobs(db, 1, tenant=A, priority=5, run_after=now + timedelta(hours=1))
+    else:
+        (blocked,) = await factories.insert_jobs(
+            db, 1, tenant=A, run_after=now - timedelta(hours=1), deadline=now - timedelta(seconds=1)
+        )
+    await factories.insert_jobs(db, 10, tenant=A)
+    await factories.insert_jobs(db, 10, tenant=B)
+
+    claimed = await factories.claim(db, limit=4)
+
+    assert _tenants(claimed) == {A: 2, B: 2}
+    assert blocked.job_id not in {job.job_id for job in claimed}
+
+
 async def test_tenants_share_in_proportion_to_their_weights(db, sync_db):
     await factories.insert_jobs(db, 50, tenant=A)
     await factories.insert_jobs(db, 50, tenant=B)
