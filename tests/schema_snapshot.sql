@@ -896,6 +896,36 @@ CREATE FUNCTION public.jobs_effective_keys(tenant text, kind text, kind_keys tex
     LANGUAGE sql IMMUTABLE
     AS $$ SELECT ARRAY['kind:' || kind, 'tenant:' || tenant] || coalesce(kind_keys, '{}') || own_keys $$;
 
+CREATE FUNCTION public.jobs_fold_key_charges(of_key text) RETURNS bigint
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    at timestamptz;
+    folded bigint;
+BEGIN
+    -- The lock every claim takes on the key (jobs_claim, jobs_claim_admit), held alone.
+    PERFORM pg_advisory_xact_lock(18, hashtext(of_key));
+    at := clock_timestamp();
+    INSERT INTO job_key_state (key)
+    SELECT l.key
+    FROM job_limits AS l
+    WHERE l.key = of_key AND l.rate_per_second > 0
+      AND NOT EXISTS (SELECT 1 FROM job_key_state AS s WHERE s.key = l.key)
+    ON CONFLICT (key) DO NOTHING;
+    UPDATE job_key_state AS s
+    SET tokens = jobs_key_tokens(l.key, l.rate_per_second, l.burst, s.tokens, s.refilled_at, at),
+        refilled_at = at
+    FROM job_limits AS l
+    WHERE s.key = l.key AND l.key = of_key AND l.rate_per_second > 0;
+    WITH gone AS (
+        DELETE FROM job_key_charges AS c WHERE c.key = of_key RETURNING c.taken
+    )
+    SELECT coalesce(sum(g.taken), 0) INTO folded FROM gone AS g;
+    RETURN folded;
+END
+$$;
+
 CREATE FUNCTION public.jobs_hold_key(hold_key text, hold_until timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE sql
     AS $$
@@ -1691,6 +1721,9 @@ GRANT USAGE ON SCHEMA public TO jobs_worker;
 
 REVOKE ALL ON FUNCTION public.jobs_delete_finished(job_ids uuid[], retention_seconds double precision) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.jobs_delete_finished(job_ids uuid[], retention_seconds double precision) TO jobs_worker;
+
+REVOKE ALL ON FUNCTION public.jobs_fold_key_charges(of_key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.jobs_fold_key_charges(of_key text) TO jobs_worker;
 
 REVOKE ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) TO jobs_worker;

@@ -3,6 +3,8 @@ keys passed over (never waited behind), rate buckets, holds, and slots freed by 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -14,7 +16,11 @@ from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Completion, ErrorCategory, JobError, JobState, LeaseRef
 from shared.domain.limit_keys import WaitingReason, scope_submission_keys
 from shared.storage import lease_store, queries, scheduling_store
+from shared.storage.database import Database, PoolSettings
 from tests import factories
+from tests.conditions import wait_until
+from tests.database_roles import ServiceLogins
+from worker_service.background_loops import fold_key_charges
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -323,6 +329,95 @@ async def test_a_claim_holding_a_rate_key_shared_does_not_wait_for_another_to_co
         second.commit()
         first.commit()
     assert _charges(sync_db, "kind:echo") == 100
+
+
+def _tokens_now(sync_db, key: str) -> float:
+    """The tokens a claim may take from `key` now: its bucket less the charges not yet folded."""
+    return float(
+        sync_db.one(
+            "SELECT jobs_key_tokens(l.key, l.rate_per_second, l.burst, s.tokens, s.refilled_at, clock_timestamp()) AS t"
+            " FROM job_limits AS l LEFT JOIN job_key_state AS s ON s.key = l.key WHERE l.key = %s",
+            (key,),
+        )["t"]
+    )
+
+
+async def test_folding_a_keys_charges_leaves_the_tokens_a_claim_may_take_as_they_were(db, database_url, sync_db):
+    # Three backends claim under the key shared, each charging a row of its own; a key no longer limited
+    # keeps charges nothing reads.
+    room = _shared_lock_room(sync_db)
+    await factories.insert_jobs(db, 30)
+    factories.set_limit(sync_db, "kind:echo", rate_per_second=0.001, burst=room * 2)
+    for n in range(3):
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            params = {"worker_id": f"w{n}", "kinds": ["echo"], "limit": 10, "lease_seconds": 60}
+            assert len(conn.execute(queries.JOB_CLAIM_BATCH, params).fetchall()) == 10
+    sync_db.execute("INSERT INTO job_key_charges (key, holder, taken) VALUES ('kind:gone', -1, 7)")
+    assert sync_db.one("SELECT count(*) AS n FROM job_key_charges WHERE key = 'kind:echo'")["n"] == 3
+    before = _tokens_now(sync_db, "kind:echo")
+
+    async with db.transaction() as conn:
+        assert await scheduling_store.charged_keys(conn) == ["kind:echo", "kind:gone"]
+    for key, folded in (("kind:echo", 30), ("kind:gone", 7)):
+        async with db.transaction() as conn:
+            assert await scheduling_store.fold_key_charges(conn, key) == folded
+
+    assert sync_db.rows("SELECT key FROM job_key_charges") == []
+    assert _tokens_now(sync_db, "kind:echo") == pytest.approx(before, abs=0.01)
+    assert sync_db.one("SELECT tokens FROM job_key_state WHERE key = 'kind:echo'")["tokens"] == pytest.approx(
+        room * 2 - 30, abs=0.01
+    )
+    assert sync_db.rows("SELECT key FROM job_key_state WHERE key = 'kind:gone'") == []
+
+
+async def test_a_fold_waits_for_the_claims_holding_the_key_shared(db, database_url, sync_db):
+    # A charge uncommitted when the fold read the charges would be deleted by it without being subtracted.
+    room = _shared_lock_room(sync_db)
+    await factories.insert_jobs(db, 20)
+    factories.set_limit(sync_db, "kind:echo", rate_per_second=0.001, burst=room * 2)
+    params = {"worker_id": "w", "kinds": ["echo"], "limit": 10, "lease_seconds": 60}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert len(conn.execute(queries.JOB_CLAIM_BATCH, params).fetchall()) == 10
+    with psycopg.connect(database_url) as claimer, psycopg.connect(database_url) as folder:
+        assert len(claimer.execute(queries.JOB_CLAIM_BATCH, params).fetchall()) == 10
+        folder.execute("SET lock_timeout = '200ms'")
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            folder.execute(queries.KEY_CHARGES_FOLD, {"key": "kind:echo"})
+        folder.rollback()
+        claimer.commit()
+        assert folder.execute(queries.KEY_CHARGES_FOLD, {"key": "kind:echo"}).fetchone() == (20,)
+        folder.commit()
+    assert sync_db.one("SELECT tokens FROM job_key_state WHERE key = 'kind:echo'")["tokens"] == pytest.approx(
+        room * 2 - 20, abs=0.01
+    )
+
+
+async def test_the_workers_sweep_folds_every_charged_key_as_the_worker_role(db, database_url, sync_db, service_logins):
+    room = _shared_lock_room(sync_db)
+    await factories.insert_jobs(db, 10, tenant=A)
+    await factories.insert_jobs(db, 10, tenant=B)
+    for key in ("kind:echo", f"tenant:{A}"):
+        factories.set_limit(sync_db, key, rate_per_second=0.001, burst=room * 2)
+    assert len(await factories.claim(db, limit=20)) == 20
+    assert sync_db.one("SELECT count(DISTINCT key) AS n FROM job_key_charges")["n"] == 2
+
+    worker_url = ServiceLogins.url(database_url, service_logins.worker)
+    worker_db = await Database.open(PoolSettings(worker_url, min_size=1, max_size=2), wait=True)
+    sweep = asyncio.create_task(fold_key_charges(worker_db, interval_seconds=0.05))
+    try:
+        await wait_until(
+            lambda: not sync_db.rows("SELECT key FROM job_key_charges"), within_seconds=30, what="the charges folded"
+        )
+    finally:
+        sweep.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweep
+        await worker_db.close()
+    tokens = {r["key"]: r["tokens"] for r in sync_db.rows("SELECT key, tokens FROM job_key_state")}
+    assert tokens == {
+        "kind:echo": pytest.approx(room * 2 - 20, abs=0.01),
+        f"tenant:{A}": pytest.approx(room * 2 - 10, abs=0.01),
+    }
 
 
 async def test_a_held_key_waits_until_its_time_for_every_job_that_carries_it(db, sync_db):

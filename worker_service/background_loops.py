@@ -1,4 +1,5 @@
-"""The worker's periodic duties besides running jobs: wake-ups, the lease and deadline sweeps, retention."""
+"""The worker's periodic duties besides running jobs: wake-ups, the lease and deadline sweeps, the fold of
+rate keys' charges, retention."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 from shared.domain.errors import JobsError
 from shared.domain.ids import JobId
-from shared.storage import lease_store
+from shared.storage import lease_store, scheduling_store
 from shared.storage.database import Database
 from shared.storage.notifications import LISTENING, RUNNABLE_CHANNEL, STOP_CHANNEL, listen
 from shared.storage.retention import delete_finished_jobs
@@ -122,6 +123,22 @@ async def _sweep_once(db: Database, metrics: WorkerMetrics, sweep: _Sweep, batch
                 "state": t.state.value,
             },
         )
+
+
+async def fold_key_charges(db: Database, interval_seconds: float) -> None:
+    """Folds the charges that claims made under rate keys' shared locks into the keys' buckets, one key per
+    transaction, so that a key whose tokens never run short does not keep a row for every backend that
+    ever charged it. Every replica runs it; a key already folded by another has nothing left to fold."""
+    while True:
+        try:
+            async with db.transaction() as conn:
+                keys = await scheduling_store.charged_keys(conn)
+            for key in keys:
+                async with db.transaction() as conn:
+                    await scheduling_store.fold_key_charges(conn, key)
+        except JobsError as exc:
+            log.warning("folding rate keys' charges failed: %s", exc.message)
+        await asyncio.sleep(interval_seconds * random.uniform(0.8, 1.2))
 
 
 async def apply_retention(db: Database, retention_seconds: float, interval_seconds: float) -> None:

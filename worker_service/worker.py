@@ -39,7 +39,7 @@ from shared.handlers.api import (
 from shared.storage import checkpoint_store, lease_store
 from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
-from worker_service.background_loops import apply_retention, listen_for_work, rescue_leases
+from worker_service.background_loops import apply_retention, fold_key_charges, listen_for_work, rescue_leases
 from worker_service.checkpoint_book import ApiCheckpointBook
 from worker_service.completion_batcher import CompletionBatcher
 from worker_service.dependency_reader import ApiDependencyResults
@@ -160,6 +160,9 @@ class Worker:
             ),
             asyncio.create_task(
                 rescue_leases(self._db, self._metrics, self._settings.rescue_interval_seconds), name="lease-rescuer"
+            ),
+            asyncio.create_task(
+                fold_key_charges(self._db, self._settings.rescue_interval_seconds), name="key-charges-folder"
             ),
         ]
         if self._settings.database.session_url is not None:

@@ -1,4 +1,5 @@
-"""Scheduling state the claim respects: keys a submission adds, provider holds, why a job waits."""
+"""Scheduling state the claim respects: keys a submission adds, provider holds, why a job waits, and the
+charges to rate buckets folded in."""
 
 from __future__ import annotations
 
@@ -42,3 +43,18 @@ async def waiting_reason(conn: Connection, tenant: TenantId, job_id: JobId) -> W
     cur = await conn.execute(queries.JOB_WAITING_REASON, {"tenant": tenant, "job_id": job_id})
     row = await cur.fetchone()
     return WaitingReason(row["reason"], row["key"]) if row else None
+
+
+async def charged_keys(conn: Connection) -> list[str]:
+    """The keys with charges made under their shared lock that are not yet folded into their buckets."""
+    cur = await conn.execute(queries.KEY_CHARGES_KEYS)
+    return [row["key"] for row in await cur.fetchall()]
+
+
+async def fold_key_charges(conn: Connection, key: str) -> int:
+    """Folds `key`'s charges into its bucket under the key's lock held alone (claims under it wait for the
+    moment of the fold); the tokens a claim may take are unchanged. Returns the tokens folded."""
+    cur = await conn.execute(queries.KEY_CHARGES_FOLD, {"key": key})
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row["folded"])

@@ -25,3 +25,11 @@ CROSS JOIN LATERAL unnest(j.running_keys) AS k(key)
 WHERE j.job_id = %(job_id)s::uuid
   AND (k.key = %(key)s OR k.key = 'tenant:' || j.tenant || '/' || %(key)s)
 LIMIT 1;
+
+-- name: key_charges_keys
+-- The keys with charges made under their shared lock and not yet folded into their buckets.
+SELECT DISTINCT c.key FROM job_key_charges AS c ORDER BY c.key;
+
+-- name: key_charges_fold
+-- Folds one key's charges into its bucket, under the key's lock held alone; returns the tokens folded.
+SELECT jobs_fold_key_charges(%(key)s) AS folded;
