@@ -114,6 +114,20 @@ async def test_running_jobs_count_against_a_tenants_share(db):
     assert _tenants(await factories.claim(db, limit=5)) == {B: 5}
 
 
+async def test_running_jobs_of_every_kind_count_against_a_tenants_share_under_limits(db, sync_db):
+    # The running jobs counted with the room under the keys' locks (a claim under limits) are the ones
+    # the shares count: every kind's.
+    factories.set_limit(sync_db, "kind:echo", max_running=1000)
+    factories.set_limit(sync_db, f"tenant:{A}", max_running=1000)
+    await factories.insert_jobs(db, 5, tenant=A, kind="sleep")
+    await factories.claim(db, kinds=["sleep"], limit=5)
+    await factories.insert_jobs(db, 20, tenant=A)
+    await factories.insert_jobs(db, 20, tenant=B)
+
+    assert _tenants(await factories.claim(db, limit=5)) == {B: 5}
+    assert _tenants(await factories.claim(db, limit=4)) == {A: 2, B: 2}
+
+
 async def test_priority_orders_before_the_share(db):
     await factories.insert_jobs(db, 10, tenant=A, priority=5)
     await factories.insert_jobs(db, 10, tenant=B)
@@ -452,6 +466,20 @@ async def test_a_submissions_own_bound_runs_one_job_of_a_document_at_a_time(db, 
             conn, worker_id="w", completions=[Completion(first[0].job_id, first[0].fencing_token, b"")]
         )
     assert [job.job_id for job in await factories.claim(db, limit=10)] == [doc_1[1].job_id]
+
+
+async def test_own_bounds_hold_while_operators_limits_are_in_force_on_the_kind(db, sync_db):
+    # A claim under the kind's limit locks the key first unless a job with keys of its own is queued: one
+    # is, so the batch goes to the admission, which runs one job of the document.
+    factories.set_limit(sync_db, "kind:echo", max_running=1000)
+    plain = await factories.insert_jobs(db, 3)
+    doc = await factories.insert_jobs(db, 3)
+    for job in doc:
+        factories.add_own_keys(sync_db, job.job_id, [f"tenant:{A}/doc:1"], [1])
+
+    claimed = {job.job_id for job in await factories.claim(db, limit=10)}
+
+    assert claimed == {job.job_id for job in plain} | {doc[0].job_id}
 
 
 async def _stop_by_completion(db, sync_db, job) -> None:

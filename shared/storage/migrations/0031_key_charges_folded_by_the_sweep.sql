@@ -39,3 +39,10 @@ END
 $$;
 REVOKE ALL ON FUNCTION jobs_fold_key_charges(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobs_fold_key_charges(text) TO jobs_worker;
+
+DO $$
+BEGIN
+    IF pg_has_role(current_user, 'jobs_migrator', 'MEMBER') THEN
+        ALTER FUNCTION jobs_fold_key_charges(text) OWNER TO jobs_migrator;
+    END IF;
+END $$;
