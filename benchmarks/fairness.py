@@ -168,10 +168,12 @@ async def _trickle_waits(url: str, tenant: str, jobs: int, every_seconds: float)
         others_left = (await cur.fetchone() or (0,))[0]
         # When the other tenants' backlog ran out before the last submission, the time their last job
         # started: a job submitted after it waited behind nobody.
-        cur = await conn.execute(
-            "SELECT extract(epoch FROM max(started_at))::float8 FROM jobs WHERE tenant <> %s", (tenant,)
-        )
-        others_ended = (await cur.fetchone() or (None,))[0] if others_left == 0 else None
+        others_ended = None
+        if others_left == 0:
+            cur = await conn.execute(
+                "SELECT extract(epoch FROM max(started_at))::float8 FROM jobs WHERE tenant <> %s", (tenant,)
+            )
+            others_ended = (await cur.fetchone() or (None,))[0]
         deadline = time.monotonic() + 600
         while True:
             cur = await conn.execute(

@@ -71,6 +71,7 @@ DECLARE
     needs_admission boolean;
     claimed integer := 0;
     rounds integer := 0;
+    last_round boolean;
 BEGIN
     IF EXISTS (SELECT 1 FROM job_key_state AS s WHERE s.held_until > clock_timestamp()) THEN
         RETURN QUERY SELECT f.* FROM jobs_claim_fair(claim_worker, claim_kinds, claim_limit, claim_lease_seconds) AS f;
@@ -294,22 +295,24 @@ BEGIN
                       j.traceparent, j.tracestate;
             claimed := claimed + cardinality(chosen_ids);
             room := room - cardinality(chosen_ids);
-            -- What each tenant got, for the next round's parts and rooms and for the charges to the keys:
-            -- not counted when this round is the last and no key is charged.
-            IF keys_locked OR NOT (claimed >= claim_limit OR rounds >= 6 OR coalesce(room = 0, false)) THEN
-                SELECT coalesce(jsonb_object_agg(c.tenant, c.n), '{}') INTO got
-                FROM (SELECT u.tenant, count(*) AS n FROM unnest(chosen_tenants) AS u(tenant) GROUP BY u.tenant) AS c;
-                claimed_by_tenant := (SELECT jsonb_object_agg(u.tenant, coalesce((claimed_by_tenant ->> u.tenant)::integer, 0)
-                                                                        + coalesce((got ->> u.tenant)::integer, 0))
-                                      FROM unnest(queue_tenants) AS u(tenant));
-                tenant_room := (SELECT coalesce(jsonb_object_agg(e.key, e.value::integer - coalesce((got ->> e.key)::integer, 0)), '{}')
-                                FROM jsonb_each_text(tenant_room) AS e);
-            END IF;
-        ELSE
+        END IF;
+        last_round := claimed >= claim_limit OR rounds >= 6 OR coalesce(room = 0, false);
+
+        -- What each tenant got, for the next round's parts and rooms and for the charges to the keys: not
+        -- counted when this round is the last and no key is charged.
+        IF cardinality(chosen_ids) = 0 THEN
             got := '{}';
+        ELSIF keys_locked OR NOT last_round THEN
+            SELECT coalesce(jsonb_object_agg(c.tenant, c.n), '{}') INTO got
+            FROM (SELECT u.tenant, count(*) AS n FROM unnest(chosen_tenants) AS u(tenant) GROUP BY u.tenant) AS c;
+            claimed_by_tenant := (SELECT jsonb_object_agg(u.tenant, coalesce((claimed_by_tenant ->> u.tenant)::integer, 0)
+                                                                    + coalesce((got ->> u.tenant)::integer, 0))
+                                  FROM unnest(queue_tenants) AS u(tenant));
+            tenant_room := (SELECT coalesce(jsonb_object_agg(e.key, e.value::integer - coalesce((got ->> e.key)::integer, 0)), '{}')
+                            FROM jsonb_each_text(tenant_room) AS e);
         END IF;
 
-        EXIT WHEN claimed >= claim_limit OR rounds >= 6 OR room = 0;
+        EXIT WHEN last_round;
         -- A tenant that got less than its part has no more rows to claim now (or racing claimers hold
         -- them); the others (those given no part too) share what is left, their running counts raised by
         -- what they got.
