@@ -30,6 +30,7 @@ SCENARIOS = (
     "memory",
     "fair_wait",
     "fair_throughput",
+    "fair_claim_cost",
     "fair_vs_fifo",
     "claim_1m",
     "overshoot",
@@ -236,6 +237,22 @@ def _scheduling(only: set[str], figures: dict[str, Any], repeat: int) -> list[tu
                 f"{through['on_jobs_per_s']:,.0f} vs {through['off_jobs_per_s']:,.0f} jobs/s",
                 f"{through['ratio']:.0%} of off (target >= 90%); runs: "
                 + ", ".join(f"{r:.0%}" for r in through["ratio_runs"]),
+            )
+        )
+    if "fair_claim_cost" in only:
+        with contextlib.ExitStack() as databases:
+            sides = {
+                label: databases.enter_context(fresh_database(f"claim_{label}")) for label in ("off", "shares", "on")
+            }
+            cost = asyncio.run(fairness.claim_cost_on_against_off(sides))
+        figures.update({f"fair_claim_cost_{k}": v for k, v in cost.items()})
+        rows.append(
+            (
+                "  one claim of 50 on those sides, alone",
+                f"{cost['on_claim_mean_ms']:.2f} vs {cost['off_claim_mean_ms']:.2f} ms",
+                f"{cost['ratio']:.2f}x of off; four tenants' shares without limits"
+                f" {cost['shares_claim_mean_ms']:.2f} ms ({cost['shares_ratio']:.2f}x);"
+                f" means of {cost['claims']:,.0f} interleaved claims each",
             )
         )
     if "fair_vs_fifo" in only:

@@ -35,6 +35,16 @@ def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, str(default)))
 
 
+def completion_params(rows: list[dict[str, Any]], worker_id: str) -> dict[str, Any]:
+    """JOB_COMPLETE_BATCH's parameters for claimed `rows`, each succeeding with an empty result."""
+    return {
+        "job_ids": [r["job_id"] for r in rows],
+        "fencing_tokens": [r["fencing_token"] for r in rows],
+        "results": [b""] * len(rows),
+        "worker_id": worker_id,
+    }
+
+
 @dataclass
 class Drain:
     """Claimers that claim and complete until `stop` is set or `total` jobs are done."""
@@ -61,15 +71,7 @@ class Drain:
                     continue
                 if self.run_seconds:
                     await asyncio.sleep(self.run_seconds)
-                await conn.execute(
-                    queries.JOB_COMPLETE_BATCH,
-                    {
-                        "job_ids": [r["job_id"] for r in claimed],
-                        "fencing_tokens": [r["fencing_token"] for r in claimed],
-                        "results": [b""] * len(claimed),
-                        "worker_id": worker_id,
-                    },
-                )
+                await conn.execute(queries.JOB_COMPLETE_BATCH, completion_params(claimed, worker_id))
                 self.done += len(claimed)
 
     def finished(self, total: int | None) -> bool:
@@ -106,15 +108,7 @@ class SlotDrain(Drain):
                         continue
                     batch = ended[:]
                     del ended[:]
-                    await conn.execute(
-                        queries.JOB_COMPLETE_BATCH,
-                        {
-                            "job_ids": [r["job_id"] for r in batch],
-                            "fencing_tokens": [r["fencing_token"] for r in batch],
-                            "results": [b""] * len(batch),
-                            "worker_id": worker_id,
-                        },
-                    )
+                    await conn.execute(queries.JOB_COMPLETE_BATCH, completion_params(batch, worker_id))
                     self.done += len(batch)
 
         reporter = asyncio.create_task(report())
@@ -238,6 +232,31 @@ async def tenant_wait_under_flood(urls: dict[str, str]) -> dict[str, float]:
     return results
 
 
+async def load_side(conn: psycopg.AsyncConnection[Any], label: str, jobs: int) -> list[str]:
+    """One side of the on/off comparison: one tenant's `jobs` and no limits (off), or four tenants of
+    weights 1 to 4 sharing them (shares), under non-binding tenant limits and a kind limit of running jobs
+    and of rate (on). Returns the tenants."""
+    tenants = ["bench-a"] if label == "off" else [f"bench-{t}" for t in "abcd"]
+    for tenant in tenants:
+        await insert_plain(conn, tenant, jobs // len(tenants))
+    for n, tenant in enumerate(tenants if label != "off" else []):
+        await conn.execute(
+            "INSERT INTO tenant_weights (tenant, weight, updated_by) VALUES (%s, %s, 'bench')", (tenant, n + 1)
+        )
+    if label == "on":
+        for tenant in tenants:
+            await conn.execute(
+                "INSERT INTO job_limits (key, max_running, updated_by) VALUES (%s, 100000, 'bench')",
+                (f"tenant:{tenant}",),
+            )
+        await conn.execute(
+            "INSERT INTO job_limits (key, max_running, rate_per_second, burst, updated_by)"
+            " VALUES ('kind:echo', 100000, 1000000, 100000, 'bench')"
+        )
+    await conn.execute("ANALYZE jobs")
+    return tenants
+
+
 async def throughput_on_against_off(url_off: str, url_on: str, *, on_first: bool = False) -> dict[str, float]:
     """Jobs per second drained by four claimers: one tenant and no limits (off), against four weighted
     tenants under a tenant limit, a kind rate limit and a kind concurrency limit none of which binds (on):
@@ -251,28 +270,48 @@ async def throughput_on_against_off(url_off: str, url_on: str, *, on_first: bool
             # before (the last scenario, the other side) made due would fall in the drain of one side only,
             # and every page the drain then touched would be written whole to the WAL once more.
             await conn.execute("CHECKPOINT")
-            tenants = ["bench-a"] if label == "off" else [f"bench-{t}" for t in "abcd"]
-            for tenant in tenants:
-                await insert_plain(conn, tenant, jobs // len(tenants))
-            if label == "on":
-                for n, tenant in enumerate(tenants):
-                    await conn.execute(
-                        "INSERT INTO tenant_weights (tenant, weight, updated_by) VALUES (%s, %s, 'bench')",
-                        (tenant, n + 1),
-                    )
-                    await conn.execute(
-                        "INSERT INTO job_limits (key, max_running, updated_by) VALUES (%s, 100000, 'bench')",
-                        (f"tenant:{tenant}",),
-                    )
-                await conn.execute(
-                    "INSERT INTO job_limits (key, max_running, rate_per_second, burst, updated_by)"
-                    " VALUES ('kind:echo', 100000, 1000000, 100000, 'bench')"
-                )
-            await conn.execute("ANALYZE jobs")
+            tenants = await load_side(conn, label, jobs)
         started = time.monotonic()
         await Drain(url).run(total=jobs // len(tenants) * len(tenants))
         out[f"{label}_jobs_per_s"] = jobs / (time.monotonic() - started)
     out["ratio"] = out["on_jobs_per_s"] / out["off_jobs_per_s"]
+    return out
+
+
+async def claim_cost_on_against_off(urls: dict[str, str]) -> dict[str, float]:
+    """The claim alone, on the two sides of the drain above and on four weighted tenants without limits
+    between them (`urls` by side: off, shares, on): one connection per side claims 50 and completes the
+    batch it claimed four claims before (200 running, as four claimers hold), the sides' claims
+    interleaved so that a busy moment falls on all. No claimer races another, so the figures are the
+    claim's own work, steadier than the drain's: what shares, then limits, add to each claim."""
+    jobs = env_int("BENCH_FAIR_THROUGHPUT_JOBS", 20_000)
+    params = {"worker_id": "bench", "kinds": ["echo"], "limit": CLAIM_BATCH, "lease_seconds": 600}
+    async with contextlib.AsyncExitStack() as stack:
+        conns = {}
+        for label, url in urls.items():
+            conn = await stack.enter_async_context(
+                await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row)
+            )
+            await load_side(conn, label, jobs)
+            conns[label] = conn
+        times: dict[str, list[float]] = {label: [] for label in urls}
+        held: dict[str, list[list[dict[str, Any]]]] = {label: [] for label in urls}
+        for n in range(jobs // CLAIM_BATCH):
+            for label in list(urls)[:: 1 if n % 2 == 0 else -1]:
+                conn = conns[label]
+                began = time.perf_counter()
+                claimed = await (await conn.execute(queries.JOB_CLAIM_BATCH, params)).fetchall()
+                times[label].append(time.perf_counter() - began)
+                held[label].append(claimed)
+                if len(held[label]) > 4:
+                    done = held[label].pop(0)
+                    await conn.execute(queries.JOB_COMPLETE_BATCH, completion_params(done, "bench"))
+    out: dict[str, float] = {"claims": len(times["on"])}
+    for label in urls:
+        out[f"{label}_claim_mean_ms"] = sum(times[label]) / len(times[label]) * 1000
+        out[f"{label}_claim_p50_ms"] = median(times[label]) * 1000
+    out["ratio"] = out["on_claim_mean_ms"] / out["off_claim_mean_ms"]
+    out["shares_ratio"] = out["shares_claim_mean_ms"] / out["off_claim_mean_ms"]
     return out
 
 
