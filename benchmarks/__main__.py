@@ -248,7 +248,7 @@ def _scheduling(only: set[str], figures: dict[str, Any], repeat: int) -> list[tu
         figures.update({f"fair_claim_cost_{k}": v for k, v in cost.items()})
         rows.append(
             (
-                "  one claim of 50 on those sides, alone",
+                "  one claim of 50 on the on and off sides, alone",
                 f"{cost['on_claim_mean_ms']:.2f} vs {cost['off_claim_mean_ms']:.2f} ms",
                 f"{cost['ratio']:.2f}x of off; four tenants' shares without limits"
                 f" {cost['shares_claim_mean_ms']:.2f} ms ({cost['shares_ratio']:.2f}x);"

@@ -25,6 +25,8 @@ from shared.storage.sql_loader import load_sql_blocks
 
 # The claim before fair shares and limits, and its index: what the claim that ships is measured against.
 _FIFO = load_sql_blocks("fifo_claim.sql", package="benchmarks")
+# The weights and limits of the scheduling setups.
+_SIDES = load_sql_blocks("scheduling_sides.sql", package="benchmarks")
 
 CLAIMERS = 4
 CLAIM_BATCH = 50
@@ -239,20 +241,13 @@ async def load_side(conn: psycopg.AsyncConnection[Any], label: str, jobs: int) -
     tenants = ["bench-a"] if label == "off" else [f"bench-{t}" for t in "abcd"]
     for tenant in tenants:
         await insert_plain(conn, tenant, jobs // len(tenants))
-    for n, tenant in enumerate(tenants if label != "off" else []):
-        await conn.execute(
-            "INSERT INTO tenant_weights (tenant, weight, updated_by) VALUES (%s, %s, 'bench')", (tenant, n + 1)
-        )
+    if label != "off":
+        for n, tenant in enumerate(tenants):
+            await conn.execute(_SIDES["tenant_weight_insert"], {"tenant": tenant, "weight": n + 1})
     if label == "on":
         for tenant in tenants:
-            await conn.execute(
-                "INSERT INTO job_limits (key, max_running, updated_by) VALUES (%s, 100000, 'bench')",
-                (f"tenant:{tenant}",),
-            )
-        await conn.execute(
-            "INSERT INTO job_limits (key, max_running, rate_per_second, burst, updated_by)"
-            " VALUES ('kind:echo', 100000, 1000000, 100000, 'bench')"
-        )
+            await conn.execute(_SIDES["tenant_limit_insert"], {"tenant": tenant})
+        await conn.execute(_SIDES["kind_limit_insert"])
     await conn.execute("ANALYZE jobs")
     return tenants
 
