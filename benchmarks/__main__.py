@@ -240,21 +240,24 @@ def _scheduling(only: set[str], figures: dict[str, Any], repeat: int) -> list[tu
             )
         )
     if "fair_claim_cost" in only:
-        with contextlib.ExitStack() as databases:
-            sides = {
-                label: databases.enter_context(fresh_database(f"claim_{label}")) for label in ("off", "shares", "on")
-            }
-            cost = asyncio.run(fairness.claim_cost_on_against_off(sides))
-        figures.update({f"fair_claim_cost_{k}": v for k, v in cost.items()})
-        rows.append(
-            (
-                "  one claim of 50 on the on and off sides, alone",
-                f"{cost['on_claim_mean_ms']:.2f} vs {cost['off_claim_mean_ms']:.2f} ms",
-                f"{cost['ratio']:.2f}x of off; four tenants' shares without limits"
-                f" {cost['shares_claim_mean_ms']:.2f} ms ({cost['shares_ratio']:.2f}x);"
-                f" means of {cost['claims']:,.0f} interleaved claims each",
+        # With 200 running, as the drain's four claimers hold, and with 2,000, as a fleet of workers would.
+        for held_batches, prefix in ((4, "fair_claim_cost"), (40, "fair_claim_cost_deep")):
+            with contextlib.ExitStack() as databases:
+                sides = {
+                    label: databases.enter_context(fresh_database(f"claim_{label}"))
+                    for label in ("off", "shares", "on")
+                }
+                cost = asyncio.run(fairness.claim_cost_on_against_off(sides, held_batches=held_batches))
+            figures.update({f"{prefix}_{k}": v for k, v in cost.items()})
+            rows.append(
+                (
+                    f"  one claim of 50 on the on and off sides, alone, {cost['running']:,.0f} running",
+                    f"{cost['on_claim_mean_ms']:.2f} vs {cost['off_claim_mean_ms']:.2f} ms",
+                    f"{cost['ratio']:.2f}x of off; four tenants' shares without limits"
+                    f" {cost['shares_claim_mean_ms']:.2f} ms ({cost['shares_ratio']:.2f}x);"
+                    f" means of {cost['claims']:,.0f} interleaved claims each",
+                )
             )
-        )
     if "fair_vs_fifo" in only:
         with fresh_database("fifo") as fifo, fresh_database("fair") as fair:
             versus = asyncio.run(fairness.fair_claim_against_fifo(fifo, fair))

@@ -273,12 +273,12 @@ async def throughput_on_against_off(url_off: str, url_on: str, *, on_first: bool
     return out
 
 
-async def claim_cost_on_against_off(urls: dict[str, str]) -> dict[str, float]:
+async def claim_cost_on_against_off(urls: dict[str, str], *, held_batches: int = 4) -> dict[str, float]:
     """The claim alone, on the two sides of the drain above and on four weighted tenants without limits
     between them (`urls` by side: off, shares, on): one connection per side claims 50 and completes the
-    batch it claimed four claims before (200 running, as four claimers hold), the sides' claims
-    interleaved so that a busy moment falls on all. No claimer races another, so the figures are the
-    claim's own work, steadier than the drain's: what shares, then limits, add to each claim."""
+    batch it claimed `held_batches` claims before (by default 200 running, as four claimers hold), the
+    sides' claims interleaved so that a busy moment falls on all. No claimer races another, so the figures
+    are the claim's own work, steadier than the drain's: what shares, then limits, add to each claim."""
     jobs = env_int("BENCH_FAIR_THROUGHPUT_JOBS", 20_000)
     params = {"worker_id": "bench", "kinds": ["echo"], "limit": CLAIM_BATCH, "lease_seconds": 600}
     async with contextlib.AsyncExitStack() as stack:
@@ -298,10 +298,10 @@ async def claim_cost_on_against_off(urls: dict[str, str]) -> dict[str, float]:
                 claimed = await (await conn.execute(queries.JOB_CLAIM_BATCH, params)).fetchall()
                 times[label].append(time.perf_counter() - began)
                 held[label].append(claimed)
-                if len(held[label]) > 4:
+                if len(held[label]) > held_batches:
                     done = held[label].pop(0)
                     await conn.execute(queries.JOB_COMPLETE_BATCH, completion_params(done, "bench"))
-    out: dict[str, float] = {"claims": len(times["on"])}
+    out: dict[str, float] = {"claims": len(times["on"]), "running": held_batches * CLAIM_BATCH}
     for label in urls:
         out[f"{label}_claim_mean_ms"] = sum(times[label]) / len(times[label]) * 1000
         out[f"{label}_claim_p50_ms"] = median(times[label]) * 1000

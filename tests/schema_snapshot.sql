@@ -98,6 +98,8 @@ DECLARE
     -- order their locks are taken; and whether limits in force on other keys could bind a submission's own.
     limited text[];
     other_limits boolean;
+    -- Whether a tenant's key among them is rate-limited: charged per tenant, by what each tenant got.
+    tenants_rated boolean;
     keys_locked boolean := false;
     limit_row record;
     key_rooms jsonb;
@@ -203,8 +205,9 @@ BEGIN
     WHERE jk.kind = only_kind AND jk.limit_keys <> '{}';
     kind_keys := ARRAY['kind:' || only_kind] || coalesce(declared, '{}');
     SELECT array_agg(l.key ORDER BY hashtext(l.key), l.key) FILTER (WHERE l.key = ANY (c.keys)),
-           coalesce(bool_or(NOT l.key = ANY (c.keys)), false)
-    INTO limited, other_limits
+           coalesce(bool_or(NOT l.key = ANY (c.keys)), false),
+           coalesce(bool_or(l.key = ANY (c.keys) AND NOT l.key = ANY (kind_keys) AND l.rate_per_second > 0), false)
+    INTO limited, other_limits, tenants_rated
     FROM job_limits AS l
     CROSS JOIN (SELECT kind_keys || ARRAY(SELECT 'tenant:' || q.tenant FROM unnest(queue_tenants) AS q(tenant))
                     AS keys) AS c
@@ -217,10 +220,10 @@ BEGIN
     SELECT array_agg(coalesce(r.n, 0) ORDER BY u.ord), array_agg(coalesce(w.weight, 1) ORDER BY u.ord)
     INTO running, weights
     FROM unnest(live) WITH ORDINALITY AS u(tenant, ord)
-    LEFT JOIN (SELECT j.tenant, count(*) AS n
-               FROM jobs AS j
-               WHERE cardinality(live) > 1 AND j.state = 'running' AND j.tenant = ANY (live)
-               GROUP BY j.tenant) AS r ON r.tenant = u.tenant
+    LEFT JOIN (SELECT t.key, sum(t.running) AS n
+               FROM job_running_tallies AS t
+               WHERE cardinality(live) > 1 AND t.key = ANY (ARRAY(SELECT 'tenant:' || l.tenant FROM unnest(live) AS l(tenant)))
+               GROUP BY t.key) AS r ON r.key = 'tenant:' || u.tenant
     LEFT JOIN tenant_weights AS w ON w.tenant = u.tenant;
     all_running := running;
     all_weights := weights;
@@ -355,11 +358,11 @@ BEGIN
         END IF;
         last_round := claimed >= claim_limit OR rounds >= 6 OR coalesce(room = 0, false);
 
-        -- What each tenant got, for the next round's parts and rooms and for the charges to the keys: not
-        -- counted when this round is the last and no key is charged.
+        -- What each tenant got, for the next round's parts and rooms and for the charges to the tenants'
+        -- rate-limited keys: not counted when this round is the last and no tenant's key is charged.
         IF cardinality(chosen_ids) = 0 THEN
             got := '{}';
-        ELSIF keys_locked OR NOT last_round THEN
+        ELSIF NOT last_round OR (keys_locked AND tenants_rated) THEN
             SELECT coalesce(jsonb_object_agg(c.tenant, c.n), '{}') INTO got
             FROM (SELECT u.tenant, count(*) AS n FROM unnest(chosen_tenants) AS u(tenant) GROUP BY u.tenant) AS c;
             claimed_by_tenant := (SELECT jsonb_object_agg(u.tenant, coalesce((claimed_by_tenant ->> u.tenant)::integer, 0)
@@ -517,12 +520,8 @@ BEGIN
             PERFORM pg_advisory_xact_lock(18, hashtext(k));
         END LOOP;
 
-        -- Counted after the locks, in this statement's own snapshot.
-        SELECT coalesce(jsonb_object_agg(r.key, r.n), '{}') INTO running
-        FROM (SELECT rk AS key, count(*) AS n
-              FROM jobs AS j, unnest(j.running_keys) AS rk
-              WHERE j.state = 'running' AND rk = ANY (bounded)
-              GROUP BY rk) AS r;
+        -- Read after the locks, in this statement's own snapshot.
+        running := jobs_running_under(bounded);
 
         at := clock_timestamp();
         FOR limit_row IN
@@ -778,41 +777,19 @@ CREATE FUNCTION public.jobs_claim_room(keys text[], at timestamp with time zone)
     AS $$
 DECLARE
     rooms jsonb;
+    running jsonb := '{}';
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM job_limits AS l WHERE l.key = ANY (keys) AND l.max_running > 0) THEN
-        SELECT coalesce(jsonb_object_agg(l.key, greatest(0,
-                   floor(jobs_key_tokens(l.key, l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)))), '{}')
-        INTO rooms
-        FROM job_limits AS l
-        LEFT JOIN job_key_state AS s ON s.key = l.key
-        WHERE l.key = ANY (keys) AND l.rate_per_second > 0;
-        PERFORM jobs_claim_rooms_remember(rooms, at);
-        RETURN rooms;
+    IF EXISTS (SELECT 1 FROM job_limits AS l WHERE l.key = ANY (keys) AND l.max_running > 0) THEN
+        running := jobs_running_under(keys);
     END IF;
-    WITH held AS (
-        SELECT j.kind, j.tenant, j.running_keys[3:] AS extra, count(*) AS n
-        FROM jobs AS j
-        WHERE j.state = 'running'
-        GROUP BY j.kind, j.tenant, j.running_keys[3:]
-    ), running AS (
-        SELECT k.key, sum(k.n) AS n
-        FROM (SELECT 'kind:' || h.kind AS key, h.n FROM held AS h
-              UNION ALL
-              SELECT 'tenant:' || h.tenant, h.n FROM held AS h
-              UNION ALL
-              SELECT e.key, h.n FROM held AS h, unnest(h.extra) AS e(key)) AS k
-        WHERE k.key = ANY (keys)
-        GROUP BY k.key
-    )
     SELECT coalesce(jsonb_object_agg(l.key, greatest(0, least(
-               CASE WHEN l.max_running > 0 THEN l.max_running - coalesce(r.n, 0) END,
+               CASE WHEN l.max_running > 0 THEN l.max_running - coalesce((running ->> l.key)::bigint, 0) END,
                CASE WHEN l.rate_per_second > 0
                     THEN floor(jobs_key_tokens(l.key, l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)) END))),
            '{}')
     INTO rooms
     FROM job_limits AS l
     LEFT JOIN job_key_state AS s ON s.key = l.key
-    LEFT JOIN running AS r ON r.key = l.key
     WHERE l.key = ANY (keys) AND (l.max_running > 0 OR l.rate_per_second > 0);
     PERFORM jobs_claim_rooms_remember(rooms, at);
     RETURN rooms;
@@ -825,7 +802,7 @@ CREATE FUNCTION public.jobs_claim_room_floor(keys text[], at timestamp with time
     AS $$
 DECLARE
     rooms jsonb;
-    running bigint;
+    running jsonb := '{}';
     remembered jsonb := nullif(current_setting('jobs.claim_rooms', true), '')::jsonb;
 BEGIN
     -- The rooms this session's last claim counted under its locks, if it was a moment ago and counted
@@ -836,11 +813,10 @@ BEGIN
         RETURN remembered -> 'rooms';
     END IF;
     IF EXISTS (SELECT 1 FROM job_limits AS l WHERE l.key = ANY (keys) AND l.max_running > 0) THEN
-        -- Every running job, whatever keys it holds: no key has more.
-        SELECT count(*) INTO running FROM jobs AS j WHERE j.state = 'running';
+        running := jobs_running_under(keys);
     END IF;
     SELECT coalesce(jsonb_object_agg(l.key, greatest(0, least(
-               CASE WHEN l.max_running > 0 THEN l.max_running - running END,
+               CASE WHEN l.max_running > 0 THEN l.max_running - coalesce((running ->> l.key)::bigint, 0) END,
                CASE WHEN l.rate_per_second > 0
                     THEN floor(jobs_key_tokens(l.key, l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)) END))),
            '{}')
@@ -1000,6 +976,7 @@ END $$;
 CREATE FUNCTION public.jobs_record_event() RETURNS trigger
     LANGUAGE plpgsql
     SET enable_nestloop TO 'off'
+    SET jit TO 'off'
     AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
@@ -1022,6 +999,23 @@ BEGIN
         FROM new_rows AS n
         JOIN old_rows AS o ON o.job_id = n.job_id
         WHERE o.sequence IS DISTINCT FROM n.sequence;
+        -- The running rows after the statement less those before, by the keys they are tallied under: rows
+        -- that stayed running with the same keys (a lease renewed) cancel out, and nothing is written.
+        INSERT INTO job_running_tallies AS t (key, holder, running)
+        SELECT d.key, pg_backend_pid(), sum(d.n)
+        FROM (SELECT unnest(ARRAY['kind:' || g.kind, 'tenant:' || g.tenant] || coalesce(g.extra, '{}')) AS key, g.n
+              FROM (SELECT n.kind, n.tenant, n.running_keys[3:] AS extra, count(*) AS n
+                    FROM new_rows AS n
+                    WHERE n.state = 'running'
+                    GROUP BY n.kind, n.tenant, n.running_keys[3:]
+                    UNION ALL
+                    SELECT o.kind, o.tenant, o.running_keys[3:], -count(*)
+                    FROM old_rows AS o
+                    WHERE o.state = 'running'
+                    GROUP BY o.kind, o.tenant, o.running_keys[3:]) AS g) AS d
+        GROUP BY d.key
+        HAVING sum(d.n) <> 0
+        ON CONFLICT (key, holder) DO UPDATE SET running = t.running + EXCLUDED.running;
         IF jobs_changes_watched() THEN
             PERFORM pg_notify('jobs_changed', string_agg(c.job_id::text || ':' || c.sequence::text, ','))
             FROM (SELECT n.job_id, n.sequence, row_number() OVER () AS position
@@ -1067,6 +1061,23 @@ CREATE FUNCTION public.jobs_retry_backoff_ceiling(attempt integer, base_seconds 
             ELSE base_seconds * power(2::double precision, greatest(attempt - 1, 0))
         END
     $$;
+
+CREATE FUNCTION public.jobs_running_tally_keys(kind text, tenant text, running_keys text[]) RETURNS text[]
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT ARRAY['kind:' || kind, 'tenant:' || tenant] || coalesce(running_keys[3:], '{}') $$;
+
+CREATE FUNCTION public.jobs_running_under(keys text[]) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    RETURN (SELECT coalesce(jsonb_object_agg(r.key, r.n), '{}')
+            FROM (SELECT t.key, sum(t.running) AS n
+                  FROM job_running_tallies AS t
+                  WHERE t.key = ANY (keys)
+                  GROUP BY t.key) AS r);
+END
+$$;
 
 CREATE FUNCTION public.jobs_settle_dependents() RETURNS trigger
     LANGUAGE plpgsql
@@ -1117,9 +1128,77 @@ BEGIN
     RETURN NULL;
 END $_$;
 
+CREATE FUNCTION public.jobs_tally_deleted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO job_running_tallies AS t (key, holder, running)
+    SELECT d.key, pg_backend_pid(), -count(*)
+    FROM (SELECT unnest(jobs_running_tally_keys(o.kind, o.tenant, o.running_keys)) AS key
+          FROM old_rows AS o
+          WHERE o.state = 'running') AS d
+    GROUP BY d.key
+    ON CONFLICT (key, holder) DO UPDATE SET running = t.running + EXCLUDED.running;
+    RETURN NULL;
+END $$;
+
+CREATE FUNCTION public.jobs_tally_truncated() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DELETE FROM job_running_tallies;
+    RETURN NULL;
+END $$;
+
 CREATE FUNCTION public.jobs_tenant_visible(row_tenant text) RETURNS boolean
     LANGUAGE sql STABLE
     AS $$ SELECT row_tenant = coalesce(nullif(current_setting('jobs.tenant', true), ''), row_tenant) $$;
+
+CREATE FUNCTION public.jobs_tend_running_tallies() RETURNS text[]
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    SET jit TO 'off'
+    AS $$
+DECLARE
+    corrected text[];
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(7310003) THEN
+        RETURN '{}';
+    END IF;
+    WITH gone AS (
+        DELETE FROM job_running_tallies AS t
+        WHERE t.holder <> 0 AND NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = t.holder)
+        RETURNING t.key, t.running
+    )
+    INSERT INTO job_running_tallies AS t (key, holder, running)
+    SELECT g.key, 0, sum(g.running) FROM gone AS g GROUP BY g.key
+    ON CONFLICT (key, holder) DO UPDATE SET running = t.running + EXCLUDED.running;
+    DELETE FROM job_running_tallies AS t
+    WHERE t.holder = 0 AND t.running = 0
+      AND NOT EXISTS (SELECT 1 FROM job_running_tallies AS o WHERE o.key = t.key AND o.holder <> 0);
+
+    WITH counted AS (
+        SELECT k.key, count(*) AS n
+        FROM jobs AS j, unnest(jobs_running_tally_keys(j.kind, j.tenant, j.running_keys)) AS k(key)
+        WHERE j.state = 'running'
+        GROUP BY k.key
+    ), tallied AS (
+        SELECT t.key, sum(t.running) AS n FROM job_running_tallies AS t GROUP BY t.key
+    ), differences AS (
+        SELECT coalesce(c.key, t.key) AS key, coalesce(c.n, 0) - coalesce(t.n, 0) AS n
+        FROM counted AS c
+        FULL JOIN tallied AS t ON t.key = c.key
+        WHERE coalesce(c.n, 0) <> coalesce(t.n, 0)
+    ), fixed AS (
+        INSERT INTO job_running_tallies AS t (key, holder, running)
+        SELECT d.key, 0, d.n FROM differences AS d
+        ON CONFLICT (key, holder) DO UPDATE SET running = t.running + EXCLUDED.running
+        RETURNING t.key
+    )
+    SELECT coalesce(array_agg(f.key ORDER BY f.key), '{}') INTO corrected FROM fixed AS f;
+    RETURN corrected;
+END
+$$;
 
 CREATE FUNCTION public.jobs_waiting_reason(for_job uuid) RETURNS TABLE(reason text, key text)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -1329,6 +1408,12 @@ CREATE TABLE public.job_results (
     created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
 
+CREATE TABLE public.job_running_tallies (
+    key text NOT NULL,
+    holder integer NOT NULL,
+    running bigint NOT NULL
+);
+
 CREATE TABLE public.jobs (
     job_id uuid DEFAULT public.jobs_new_job_id() NOT NULL,
     tenant text NOT NULL,
@@ -1522,6 +1607,9 @@ ALTER TABLE ONLY public.job_receipts
 ALTER TABLE ONLY public.job_results
     ADD CONSTRAINT job_results_pkey PRIMARY KEY (job_id);
 
+ALTER TABLE ONLY public.job_running_tallies
+    ADD CONSTRAINT job_running_tallies_pkey PRIMARY KEY (key, holder);
+
 ALTER TABLE ONLY public.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (job_id);
 
@@ -1608,6 +1696,10 @@ CREATE TRIGGER jobs_record_insert AFTER INSERT ON public.jobs REFERENCING NEW TA
 CREATE TRIGGER jobs_record_update AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_record_event();
 
 CREATE TRIGGER jobs_settle_dependents AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_settle_dependents();
+
+CREATE TRIGGER jobs_tally_deleted AFTER DELETE ON public.jobs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_tally_deleted();
+
+CREATE TRIGGER jobs_tally_truncated AFTER TRUNCATE ON public.jobs FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_tally_truncated();
 
 ALTER TABLE ONLY public.delivery_set_members
     ADD CONSTRAINT delivery_set_members_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
@@ -1731,6 +1823,9 @@ GRANT ALL ON FUNCTION public.jobs_fold_key_charges(of_key text) TO jobs_worker;
 REVOKE ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) TO jobs_worker;
 
+REVOKE ALL ON FUNCTION public.jobs_tend_running_tallies() FROM PUBLIC;
+GRANT ALL ON FUNCTION public.jobs_tend_running_tallies() TO jobs_worker;
+
 REVOKE ALL ON FUNCTION public.jobs_waiting_reason(for_job uuid) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.jobs_waiting_reason(for_job uuid) TO jobs_api;
 
@@ -1772,6 +1867,9 @@ GRANT SELECT ON TABLE public.job_receipts TO jobs_api;
 GRANT SELECT,INSERT,UPDATE ON TABLE public.job_receipts TO jobs_worker;
 
 GRANT SELECT,INSERT,DELETE ON TABLE public.job_results TO jobs_api;
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.job_running_tallies TO jobs_worker;
+GRANT SELECT,INSERT,UPDATE ON TABLE public.job_running_tallies TO jobs_api;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.jobs TO jobs_api;
 GRANT SELECT ON TABLE public.jobs TO jobs_worker;

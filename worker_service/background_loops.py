@@ -141,6 +141,24 @@ async def fold_key_charges(db: Database, interval_seconds: float) -> None:
         await asyncio.sleep(interval_seconds * random.uniform(0.8, 1.2))
 
 
+async def tend_running_tallies(db: Database, interval_seconds: float, metrics: WorkerMetrics | None = None) -> None:
+    """Keeps the running jobs tallied per key compact and right: folds the rows of backends that have
+    exited, and corrects (and reports) a key whose tally differs from a count of its running rows, which
+    only a change made with the jobs table's triggers disabled can cause. Every replica runs it; the work
+    is the same whoever does it first."""
+    while True:
+        try:
+            async with db.transaction() as conn:
+                corrected = await scheduling_store.tend_running_tallies(conn)
+            if corrected:
+                log.warning("running tallies differed from the running jobs and were corrected: %s", corrected)
+                if metrics is not None:
+                    metrics.tally_corrections.inc(len(corrected))
+        except JobsError as exc:
+            log.warning("tending the running tallies failed: %s", exc.message)
+        await asyncio.sleep(interval_seconds * random.uniform(0.8, 1.2))
+
+
 async def apply_retention(db: Database, retention_seconds: float, interval_seconds: float) -> None:
     """Deletes finished jobs older than the retention period, a batch at a time, so the history never
     slows the hot path. Every replica may run it; SKIP LOCKED keeps the sweeps apart."""

@@ -65,6 +65,12 @@ class WorkerMetrics:
             registry=r,
         )
 
+        self.tally_corrections = Counter(
+            "jobs_running_tally_corrections_total",
+            "Keys whose running tally this replica's sweep found different from the running jobs, and corrected.",
+            registry=r,
+        )
+
         self.kind_policy_conflicts = Gauge(
             "jobs_kind_policy_conflicts",
             "Different policies that live replicas publish for a kind this replica runs (0: they agree).",

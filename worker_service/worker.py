@@ -39,7 +39,13 @@ from shared.handlers.api import (
 from shared.storage import checkpoint_store, lease_store
 from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
-from worker_service.background_loops import apply_retention, fold_key_charges, listen_for_work, rescue_leases
+from worker_service.background_loops import (
+    apply_retention,
+    fold_key_charges,
+    listen_for_work,
+    rescue_leases,
+    tend_running_tallies,
+)
 from worker_service.checkpoint_book import ApiCheckpointBook
 from worker_service.completion_batcher import CompletionBatcher
 from worker_service.dependency_reader import ApiDependencyResults
@@ -163,6 +169,10 @@ class Worker:
             ),
             asyncio.create_task(
                 fold_key_charges(self._db, self._settings.rescue_interval_seconds), name="key-charges-folder"
+            ),
+            asyncio.create_task(
+                tend_running_tallies(self._db, self._settings.rescue_interval_seconds, self._metrics),
+                name="running-tallies",
             ),
         ]
         if self._settings.database.session_url is not None:

@@ -58,3 +58,13 @@ async def fold_key_charges(conn: Connection, key: str) -> int:
     row = await cur.fetchone()
     assert row is not None
     return int(row["folded"])
+
+
+async def tend_running_tallies(conn: Connection) -> list[str]:
+    """Folds the running tallies kept by backends that have exited into one row per key, then compares
+    every key's tally with a count of its running rows in one snapshot and corrects the difference.
+    Returns the keys corrected: none, unless jobs were changed with the jobs table's triggers disabled."""
+    cur = await conn.execute(queries.RUNNING_TALLIES_TEND)
+    row = await cur.fetchone()
+    assert row is not None
+    return list(row["corrected"])

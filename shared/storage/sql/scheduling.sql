@@ -33,3 +33,8 @@ SELECT DISTINCT c.key FROM job_key_charges AS c ORDER BY c.key;
 -- name: key_charges_fold
 -- Folds one key's charges into its bucket, under the key's lock held alone; returns the tokens folded.
 SELECT jobs_fold_key_charges(%(key)s) AS folded;
+
+-- name: running_tallies_tend
+-- Folds the running tallies of exited backends into one row per key and corrects any key whose tally
+-- differs from a count of its running rows (jobs_tend_running_tallies); returns the keys corrected.
+SELECT jobs_tend_running_tallies() AS corrected;
