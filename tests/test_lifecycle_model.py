@@ -3,7 +3,8 @@
 Hypothesis picks sequences of submissions, claims, reports, cancels, retries, expired leases, passed
 deadlines and newer versions; a plain-Python model predicts every job's state, and after every step the
 database must agree with the model and with the invariants of the contract (legal transitions only, at
-most one result and only from the lease that completed, fencing tokens and sequences that only rise).
+most one result and only from the lease that completed, fencing tokens and sequences that only rise,
+the running jobs tallied per key equal to a count of the running rows).
 Each example runs on its own fresh database and its own event loop: hypothesis drives the rules
 synchronously, so the async use-cases run to completion inside each rule. The model, its rules and its
 invariants are one specification and stay in one module, longer than most, to be read together.
@@ -649,6 +650,20 @@ class LifecycleMachine(RuleBasedStateMachine):
                 previous = event
             assert JobState(previous["to_state"]) is job.state
             assert previous["fencing_token"] == rows[job_id]["fencing_token"], "a token changed without an event"
+
+    @invariant()
+    def running_tallies_equal_the_running_jobs(self) -> None:
+        # What claims under limits and shares read (job_running_tallies) against a count of the running rows
+        # by the keys their claims recorded, after every step of every path a job takes.
+        tallied = self.probe.rows(
+            "SELECT key, sum(running)::int AS n FROM job_running_tallies GROUP BY key HAVING sum(running) <> 0"
+            " ORDER BY key"
+        )
+        counted = self.probe.rows(
+            "SELECT k.key, count(*)::int AS n FROM jobs AS j, unnest(j.running_keys) AS k(key)"
+            " WHERE j.state = 'running' GROUP BY k.key ORDER BY k.key"
+        )
+        assert tallied == counted
 
     @invariant()
     def results_come_from_the_completing_lease(self) -> None:
