@@ -776,21 +776,8 @@ CREATE FUNCTION public.jobs_claim_room(keys text[], at timestamp with time zone)
     SET search_path TO 'public', 'pg_temp'
     AS $$
 DECLARE
-    rooms jsonb;
-    running jsonb := '{}';
+    rooms jsonb := jobs_claim_rooms_at(keys, at);
 BEGIN
-    IF EXISTS (SELECT 1 FROM job_limits AS l WHERE l.key = ANY (keys) AND l.max_running > 0) THEN
-        running := jobs_running_under(keys);
-    END IF;
-    SELECT coalesce(jsonb_object_agg(l.key, greatest(0, least(
-               CASE WHEN l.max_running > 0 THEN l.max_running - coalesce((running ->> l.key)::bigint, 0) END,
-               CASE WHEN l.rate_per_second > 0
-                    THEN floor(jobs_key_tokens(l.key, l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)) END))),
-           '{}')
-    INTO rooms
-    FROM job_limits AS l
-    LEFT JOIN job_key_state AS s ON s.key = l.key
-    WHERE l.key = ANY (keys) AND (l.max_running > 0 OR l.rate_per_second > 0);
     PERFORM jobs_claim_rooms_remember(rooms, at);
     RETURN rooms;
 END
@@ -801,8 +788,6 @@ CREATE FUNCTION public.jobs_claim_room_floor(keys text[], at timestamp with time
     SET search_path TO 'public', 'pg_temp'
     AS $$
 DECLARE
-    rooms jsonb;
-    running jsonb := '{}';
     remembered jsonb := nullif(current_setting('jobs.claim_rooms', true), '')::jsonb;
 BEGIN
     -- The rooms this session's last claim counted under its locks, if it was a moment ago and counted
@@ -812,6 +797,18 @@ BEGIN
        AND (remembered -> 'rooms') ?& keys THEN
         RETURN remembered -> 'rooms';
     END IF;
+    RETURN jobs_claim_rooms_at(keys, at);
+END
+$$;
+
+CREATE FUNCTION public.jobs_claim_rooms_at(keys text[], at timestamp with time zone) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    rooms jsonb;
+    running jsonb := '{}';
+BEGIN
     IF EXISTS (SELECT 1 FROM job_limits AS l WHERE l.key = ANY (keys) AND l.max_running > 0) THEN
         running := jobs_running_under(keys);
     END IF;
@@ -1003,16 +1000,16 @@ BEGIN
         -- that stayed running with the same keys (a lease renewed) cancel out, and nothing is written.
         INSERT INTO job_running_tallies AS t (key, holder, running)
         SELECT d.key, pg_backend_pid(), sum(d.n)
-        FROM (SELECT unnest(ARRAY['kind:' || g.kind, 'tenant:' || g.tenant] || coalesce(g.extra, '{}')) AS key, g.n
-              FROM (SELECT n.kind, n.tenant, n.running_keys[3:] AS extra, count(*) AS n
+        FROM (SELECT unnest(jobs_running_tally_keys(g.kind, g.tenant, g.running_keys)) AS key, g.n
+              FROM (SELECT n.kind, n.tenant, n.running_keys, count(*) AS n
                     FROM new_rows AS n
                     WHERE n.state = 'running'
-                    GROUP BY n.kind, n.tenant, n.running_keys[3:]
+                    GROUP BY n.kind, n.tenant, n.running_keys
                     UNION ALL
-                    SELECT o.kind, o.tenant, o.running_keys[3:], -count(*)
+                    SELECT o.kind, o.tenant, o.running_keys, -count(*)
                     FROM old_rows AS o
                     WHERE o.state = 'running'
-                    GROUP BY o.kind, o.tenant, o.running_keys[3:]) AS g) AS d
+                    GROUP BY o.kind, o.tenant, o.running_keys) AS g) AS d
         GROUP BY d.key
         HAVING sum(d.n) <> 0
         ON CONFLICT (key, holder) DO UPDATE SET running = t.running + EXCLUDED.running;

@@ -21,6 +21,7 @@ from tests.conditions import wait_until
 from tests.database_roles import ServiceLogins
 from tests.test_limit_races import _claim_and_complete
 from worker_service.background_loops import tend_running_tallies
+from worker_service.metrics import WorkerMetrics
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -34,12 +35,12 @@ _COUNTED = (
 _TALLIED = "SELECT key, sum(running)::int AS n FROM job_running_tallies GROUP BY key HAVING sum(running) <> 0"
 
 
-def _counted(conn_or_probe) -> dict[str, int]:
-    return {r["key"]: r["n"] for r in conn_or_probe.rows(_COUNTED)}
+def _counted(probe) -> dict[str, int]:
+    return {r["key"]: r["n"] for r in probe.rows(_COUNTED)}
 
 
-def _tallied(conn_or_probe) -> dict[str, int]:
-    return {r["key"]: r["n"] for r in conn_or_probe.rows(_TALLIED)}
+def _tallied(probe) -> dict[str, int]:
+    return {r["key"]: r["n"] for r in probe.rows(_TALLIED)}
 
 
 def _assert_tallied_as_counted(sync_db, what: str) -> dict[str, int]:
@@ -182,7 +183,7 @@ async def test_the_workers_tend_the_tallies_in_the_background_as_the_worker_role
 
     worker_url = ServiceLogins.url(database_url, service_logins.worker)
     worker_db = await Database.open(PoolSettings(worker_url, min_size=1, max_size=2), wait=True)
-    sweep = asyncio.create_task(tend_running_tallies(worker_db, interval_seconds=0.05))
+    sweep = asyncio.create_task(tend_running_tallies(worker_db, WorkerMetrics(tenant_limit=5), interval_seconds=0.05))
     try:
         await wait_until(
             lambda: _tallied(sync_db) == _counted(sync_db), within_seconds=30, what="the drifted tally corrected"

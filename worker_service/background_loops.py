@@ -141,19 +141,18 @@ async def fold_key_charges(db: Database, interval_seconds: float) -> None:
         await asyncio.sleep(interval_seconds * random.uniform(0.8, 1.2))
 
 
-async def tend_running_tallies(db: Database, interval_seconds: float, metrics: WorkerMetrics | None = None) -> None:
+async def tend_running_tallies(db: Database, metrics: WorkerMetrics, interval_seconds: float) -> None:
     """Keeps the running jobs tallied per key compact and right: folds the rows of backends that have
     exited, and corrects (and reports) a key whose tally differs from a count of its running rows, which
-    only a change made with the jobs table's triggers disabled can cause. Every replica runs it; the work
-    is the same whoever does it first."""
+    only a change made with the jobs table's triggers disabled can cause. Every replica runs it; one tends
+    at a time, and the others find nothing left or leave it to that one."""
     while True:
         try:
             async with db.transaction() as conn:
                 corrected = await scheduling_store.tend_running_tallies(conn)
             if corrected:
                 log.warning("running tallies differed from the running jobs and were corrected: %s", corrected)
-                if metrics is not None:
-                    metrics.tally_corrections.inc(len(corrected))
+                metrics.tally_corrections.inc(len(corrected))
         except JobsError as exc:
             log.warning("tending the running tallies failed: %s", exc.message)
         await asyncio.sleep(interval_seconds * random.uniform(0.8, 1.2))

@@ -171,7 +171,7 @@ class Worker:
                 fold_key_charges(self._db, self._settings.rescue_interval_seconds), name="key-charges-folder"
             ),
             asyncio.create_task(
-                tend_running_tallies(self._db, self._settings.rescue_interval_seconds, self._metrics),
+                tend_running_tallies(self._db, self._metrics, self._settings.rescue_interval_seconds),
                 name="running-tallies",
             ),
         ]
