@@ -131,6 +131,13 @@ DECLARE
     claimed integer := 0;
     rounds integer := 0;
     last_round boolean;
+    -- The rooms the session's last claim counted, if any; what the statements that set them and take the
+    -- locks return, unused.
+    remembered jsonb;
+    remembered_text text;
+    locks_taken bigint;
+    -- Whether a key locked shared is rate-limited, so charged in this backend's row.
+    charge_shared boolean;
 BEGIN
     IF EXISTS (SELECT 1 FROM job_key_state AS s WHERE s.held_until > clock_timestamp()) THEN
         RETURN QUERY SELECT f.* FROM jobs_claim_fair(claim_worker, claim_kinds, claim_limit, claim_lease_seconds) AS f;
@@ -217,14 +224,14 @@ BEGIN
     END IF;
 
     live := queue_tenants;
-    SELECT array_agg(coalesce(r.n, 0) ORDER BY u.ord), array_agg(coalesce(w.weight, 1) ORDER BY u.ord)
+    -- Looked up tenant by tenant, an index probe each: grouping the tallies built a hash table per claim.
+    SELECT array_agg(CASE WHEN cardinality(live) > 1
+                          THEN coalesce((SELECT sum(t.running) FROM job_running_tallies AS t
+                                         WHERE t.key = 'tenant:' || u.tenant), 0)
+                          ELSE 0 END::bigint ORDER BY u.ord),
+           array_agg(coalesce((SELECT w.weight FROM tenant_weights AS w WHERE w.tenant = u.tenant), 1) ORDER BY u.ord)
     INTO running, weights
-    FROM unnest(live) WITH ORDINALITY AS u(tenant, ord)
-    LEFT JOIN (SELECT t.key, sum(t.running) AS n
-               FROM job_running_tallies AS t
-               WHERE cardinality(live) > 1 AND t.key = ANY (ARRAY(SELECT 'tenant:' || l.tenant FROM unnest(live) AS l(tenant)))
-               GROUP BY t.key) AS r ON r.key = 'tenant:' || u.tenant
-    LEFT JOIN tenant_weights AS w ON w.tenant = u.tenant;
+    FROM unnest(live) WITH ORDINALITY AS u(tenant, ord);
     all_running := running;
     all_weights := weights;
 
@@ -236,14 +243,25 @@ BEGIN
             share_counts := ARRAY[least(claim_limit - claimed, coalesce(room, claim_limit),
                                         coalesce((tenant_room ->> live[1])::integer, claim_limit))];
         ELSE
+            -- No part reaches past the level at which every tenant, filled up to it, would hold the rest of
+            -- the batch with one job each to spare for rounding: (rest + running + tenants) / weights. So
+            -- each tenant's candidates stop there (one more for floating-point rounding), and the parts come
+            -- from about rest + 2 x tenants rows instead of tenants x rest. Not when a tenant's own room caps
+            -- it: a capped tenant falls short of the level, and the others rise past it.
             SELECT array_agg(s.tenant), array_agg(s.n)
             INTO shares_of, share_counts
             FROM (SELECT c.tenant, count(*) AS n
                   FROM (SELECT q.tenant
                         FROM unnest(live, running, weights) AS q(tenant, running, weight)
                         JOIN unnest(queue_tenants, head_ages) AS h(tenant, age) ON h.tenant = q.tenant
-                        CROSS JOIN generate_series(1, claim_limit - claimed) AS i(n)
-                        WHERE i.n <= coalesce((tenant_room ->> q.tenant)::integer, claim_limit)
+                        CROSS JOIN (SELECT (least(claim_limit - claimed, coalesce(room, claim_limit)) + sum(v.running)
+                                            + count(*))::float8 / sum(v.weight) AS level
+                                    FROM unnest(running, weights) AS v(running, weight)) AS lv
+                        CROSS JOIN LATERAL generate_series(1, least(
+                            claim_limit - claimed,
+                            coalesce((tenant_room ->> q.tenant)::integer, claim_limit),
+                            CASE WHEN tenant_room = '{}'
+                                 THEN greatest(0, floor(lv.level * q.weight - q.running)::bigint + 1) END)) AS i(n)
                         ORDER BY (q.running + i.n)::float8 / q.weight, h.age, q.tenant
                         LIMIT least(claim_limit - claimed, coalesce(room, claim_limit))) AS c
                   GROUP BY c.tenant) AS s;
@@ -288,29 +306,51 @@ BEGIN
             -- is judged first without the locks; a key near its bound is locked alone, as in the fair claim.
             holders := current_setting('max_connections')::integer;
             at := clock_timestamp();
-            key_rooms := jobs_claim_room_floor(limited, at);
-            FOR limit_row IN SELECT k.key FROM unnest(limited) AS k(key) LOOP
-                IF (key_rooms ->> limit_row.key)::bigint >= holders::bigint * claim_limit THEN
-                    shared_keys := shared_keys || limit_row.key;
-                    PERFORM pg_advisory_xact_lock_shared(18, hashtext(limit_row.key));
-                ELSE
-                    PERFORM pg_advisory_xact_lock(18, hashtext(limit_row.key));
-                END IF;
-            END LOOP;
+            remembered := nullif(current_setting('jobs.claim_rooms', true), '')::jsonb;
+            IF remembered IS NOT NULL
+               AND extract(epoch FROM at) - (remembered ->> 'at')::double precision BETWEEN 0 AND 1
+               AND (remembered -> 'rooms') ?& limited THEN
+                key_rooms := remembered -> 'rooms';
+            ELSE
+                key_rooms := jobs_claim_rooms_at(limited, at);
+            END IF;
+            -- In one statement, in the order of `limited`: the aggregate reads the array's rows in order and
+            -- takes each row's lock as it reads it.
+            SELECT coalesce(array_agg(k.key ORDER BY k.ord) FILTER (WHERE k.shared), '{}'),
+                   count(CASE WHEN k.shared THEN pg_advisory_xact_lock_shared(18, hashtext(k.key))
+                              ELSE pg_advisory_xact_lock(18, hashtext(k.key)) END)
+            INTO shared_keys, locks_taken
+            FROM (SELECT u.key, u.ord, coalesce((key_rooms ->> u.key)::bigint >= holders::bigint * claim_limit, false) AS shared
+                  FROM unnest(limited) WITH ORDINALITY AS u(key, ord)) AS k;
             keys_locked := true;
+            -- The rooms counted in one statement, which keeps them for the session's next judgment too (less
+            -- this claim's part of a key held shared, so that a key crossing the bound is judged short): the
+            -- room each key leaves, and the part of it this claim may take. OFFSET 0 computes a key's room
+            -- once: each reference to it would otherwise repeat its subqueries.
             at := clock_timestamp();
-            key_rooms := jobs_claim_room(limited, at);
-            FOR limit_row IN SELECT k.key FROM unnest(limited) AS k(key) LOOP
-                key_room := (key_rooms ->> limit_row.key)::integer;
-                IF limit_row.key = ANY (shared_keys) THEN
-                    key_room := key_room / holders;
-                END IF;
-                IF limit_row.key = ANY (kind_keys) THEN
-                    room := least(coalesce(room, key_room), key_room);  -- carried by every job of the batch
-                ELSE
-                    tenant_room := tenant_room || jsonb_build_object(substr(limit_row.key, 8), key_room);
-                END IF;
-            END LOOP;
+            SELECT min(r.part) FILTER (WHERE r.key = ANY (kind_keys)),
+                   coalesce(jsonb_object_agg(substr(r.key, 8), r.part) FILTER (WHERE NOT r.key = ANY (kind_keys)), '{}'),
+                   coalesce(bool_or(r.rated AND r.key = ANY (shared_keys)), false),
+                   set_config('jobs.claim_rooms',
+                              jsonb_build_object('at', extract(epoch FROM at),
+                                                 'rooms', jsonb_object_agg(r.key, r.room - r.room / holders))::text,
+                              false)
+            INTO room, tenant_room, charge_shared, remembered_text
+            FROM (SELECT l.key, l.rate_per_second > 0 AS rated, rm.room,
+                         CASE WHEN l.key = ANY (shared_keys) THEN rm.room / holders ELSE rm.room END AS part
+                  FROM job_limits AS l
+                  LEFT JOIN job_key_state AS s ON s.key = l.key
+                  CROSS JOIN LATERAL (
+                      SELECT greatest(0, least(
+                          CASE WHEN l.max_running > 0
+                               THEN l.max_running - coalesce((SELECT sum(t.running) FROM job_running_tallies AS t
+                                                              WHERE t.key = l.key), 0) END,
+                          CASE WHEN l.rate_per_second > 0
+                               THEN floor(jobs_bucket_tokens(l.rate_per_second, l.burst, s.tokens, s.refilled_at, at)
+                                          - coalesce((SELECT sum(c.taken) FROM job_key_charges AS c
+                                                      WHERE c.key = l.key), 0)) END))::bigint AS room OFFSET 0
+                  ) AS rm
+                  WHERE l.key = ANY (limited) AND (l.max_running > 0 OR l.rate_per_second > 0)) AS r;
         END IF;
 
         -- The locked rows that fit the room, by share, as the parts were made: all of them when the room
@@ -417,17 +457,22 @@ BEGIN
         -- shared is charged in a row of this backend's own, which no other claim writes: claims sharing a
         -- key's lock charged its one row one after another, each waiting for the last to commit. A key
         -- locked exclusively is charged in its bucket, and the charges made under shared locks are folded in.
-        SELECT jsonb_object_agg(k.key, CASE WHEN k.key = ANY (kind_keys)
-                                            THEN claimed
-                                            ELSE coalesce((claimed_by_tenant ->> substr(k.key, 8))::integer, 0) END)
-        INTO charged_of
-        FROM unnest(limited) AS k(key);
-        INSERT INTO job_key_charges AS c (key, holder, taken)
-        SELECT l.key, pg_backend_pid(), (charged_of ->> l.key)::integer
-        FROM job_limits AS l
-        WHERE l.key = ANY (shared_keys) AND l.rate_per_second > 0 AND (charged_of ->> l.key)::integer > 0
-        ON CONFLICT (key, holder) DO UPDATE SET taken = c.taken + EXCLUDED.taken;
-        IF EXISTS (SELECT 1 FROM unnest(limited) AS k(key) WHERE NOT k.key = ANY (shared_keys)) THEN
+        -- Only when a key held shared was rate-limited as its room was counted.
+        IF charge_shared THEN
+            INSERT INTO job_key_charges AS c (key, holder, taken)
+            SELECT l.key, pg_backend_pid(), x.n
+            FROM job_limits AS l
+            CROSS JOIN LATERAL (SELECT CASE WHEN l.key = ANY (kind_keys) THEN claimed
+                                            ELSE coalesce((claimed_by_tenant ->> substr(l.key, 8))::integer, 0) END AS n) AS x
+            WHERE l.key = ANY (shared_keys) AND l.rate_per_second > 0 AND x.n > 0
+            ON CONFLICT (key, holder) DO UPDATE SET taken = c.taken + EXCLUDED.taken;
+        END IF;
+        IF cardinality(shared_keys) < cardinality(limited) THEN
+            SELECT jsonb_object_agg(k.key, CASE WHEN k.key = ANY (kind_keys)
+                                                THEN claimed
+                                                ELSE coalesce((claimed_by_tenant ->> substr(k.key, 8))::integer, 0) END)
+            INTO charged_of
+            FROM unnest(limited) AS k(key);
             -- Tried only for a key with no state yet: an insert meeting a row another claim is charging
             -- would wait for that claim to commit.
             INSERT INTO job_key_state (key)
@@ -771,36 +816,6 @@ CREATE FUNCTION public.jobs_claim_needs_admission(own_keys text[], own_bounds in
     LANGUAGE sql IMMUTABLE
     AS $$ SELECT CASE WHEN other_limits THEN own_keys <> '{}' ELSE 0 < ANY (own_bounds) END $$;
 
-CREATE FUNCTION public.jobs_claim_room(keys text[], at timestamp with time zone) RETURNS jsonb
-    LANGUAGE plpgsql STABLE
-    SET search_path TO 'public', 'pg_temp'
-    AS $$
-DECLARE
-    rooms jsonb := jobs_claim_rooms_at(keys, at);
-BEGIN
-    PERFORM jobs_claim_rooms_remember(rooms, at);
-    RETURN rooms;
-END
-$$;
-
-CREATE FUNCTION public.jobs_claim_room_floor(keys text[], at timestamp with time zone) RETURNS jsonb
-    LANGUAGE plpgsql STABLE
-    SET search_path TO 'public', 'pg_temp'
-    AS $$
-DECLARE
-    remembered jsonb := nullif(current_setting('jobs.claim_rooms', true), '')::jsonb;
-BEGIN
-    -- The rooms this session's last claim counted under its locks, if it was a moment ago and counted
-    -- every key asked for.
-    IF remembered IS NOT NULL
-       AND extract(epoch FROM at) - (remembered ->> 'at')::double precision BETWEEN 0 AND 1
-       AND (remembered -> 'rooms') ?& keys THEN
-        RETURN remembered -> 'rooms';
-    END IF;
-    RETURN jobs_claim_rooms_at(keys, at);
-END
-$$;
-
 CREATE FUNCTION public.jobs_claim_rooms_at(keys text[], at timestamp with time zone) RETURNS jsonb
     LANGUAGE plpgsql STABLE
     SET search_path TO 'public', 'pg_temp'
@@ -822,22 +837,6 @@ BEGIN
     LEFT JOIN job_key_state AS s ON s.key = l.key
     WHERE l.key = ANY (keys) AND (l.max_running > 0 OR l.rate_per_second > 0);
     RETURN rooms;
-END
-$$;
-
-CREATE FUNCTION public.jobs_claim_rooms_remember(rooms jsonb, at timestamp with time zone) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    holders integer := current_setting('max_connections')::integer;
-BEGIN
-    PERFORM set_config('jobs.claim_rooms',
-                       jsonb_build_object('at', extract(epoch FROM at),
-                                          'rooms', (SELECT coalesce(jsonb_object_agg(r.key, r.value::bigint
-                                                                                         - r.value::bigint / holders),
-                                                                    '{}')
-                                                    FROM jsonb_each_text(rooms) AS r))::text,
-                       false);
 END
 $$;
 
