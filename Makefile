@@ -71,15 +71,16 @@ $(BENCH_VENV_STAMP): $(BENCH_REQUIREMENTS)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(BENCH_REQUIREMENTS)
 	@touch $@
 
-system-deps: ## Install what the tests need from the OS (promtool, pg_autoctl, pgbouncer, node and npm, chromium) when missing; run as root
+system-deps: ## Install what the tests and benchmarks need from the OS (promtool, pg_autoctl, pgbouncer, node and npm, chromium, valgrind) when missing; run as root
 	@missing=""; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v pg_autoctl >/dev/null || missing="$$missing postgresql-15-auto-failover"; \
 	command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || missing="$$missing pgbouncer"; \
 	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v valgrind >/dev/null || missing="$$missing valgrind"; \
 	if [[ -z "$$missing" ]]; then \
-		echo "system packages present: promtool, pg_autoctl, pgbouncer, node $$(node --version), npm $$(npm --version), chromium"; \
+		echo "system packages present: promtool, pg_autoctl, pgbouncer, node $$(node --version), npm $$(npm --version), chromium, valgrind"; \
 	else \
 		apt-get update; \
 		DEBIAN_FRONTEND=noninteractive apt-get install --yes --no-install-recommends $$missing; \

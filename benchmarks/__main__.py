@@ -19,7 +19,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks import admin_bulk, fairness, scenarios
+from benchmarks import admin_bulk, claim_instructions, fairness, scenarios
 from benchmarks.harness import durability_settings, fresh_database, median, pgqueuer_peer
 
 SCENARIOS = (
@@ -31,6 +31,7 @@ SCENARIOS = (
     "fair_wait",
     "fair_throughput",
     "fair_claim_cost",
+    "claim_instructions",
     "fair_vs_fifo",
     "claim_1m",
     "overshoot",
@@ -256,6 +257,23 @@ def _scheduling(only: set[str], figures: dict[str, Any], repeat: int) -> list[tu
                     f"{cost['ratio']:.2f}x of off; four tenants' shares without limits"
                     f" {cost['shares_claim_mean_ms']:.2f} ms ({cost['shares_ratio']:.2f}x);"
                     f" means of {cost['claims']:,.0f} interleaved claims each",
+                )
+            )
+    if "claim_instructions" in only:
+        if claim_instructions.valgrind_missing():
+            rows.append(
+                ("  instructions per claim and completion", "not measured", "valgrind missing: make system-deps")
+            )
+        else:
+            counted = claim_instructions.claim_instructions()
+            figures.update({f"claim_instructions_{k}": v for k, v in counted.items()})
+            rows.append(
+                (
+                    "  instructions per claim and completion of 50",
+                    f"{counted['on_minstr_per_cycle']:.2f} vs {counted['off_minstr_per_cycle']:.2f} M",
+                    f"{counted['ratio']:.3f}x of off; four tenants' shares without limits"
+                    f" {counted['shares_minstr_per_cycle']:.2f} M ({counted['shares_ratio']:.3f}x);"
+                    f" callgrind, {counted['running']:,.0f} running, over {counted['cycles']:.0f} cycles",
                 )
             )
     if "fair_vs_fifo" in only:

@@ -60,18 +60,33 @@ class PrivatePostgres:
             "C",
         )
 
+    def program(self, name: str) -> Path:
+        """One of the server's programs (`postgres`, `pg_ctl`, ...)."""
+        return self._bin / name
+
+    def command(self, *argv: str) -> list[str]:
+        """`argv` run as the account that owns the data (the unprivileged user, when running as root)."""
+        return [*self._as_user, *argv]
+
+    def copy_data(self, destination: Path) -> None:
+        """A copy of the stopped server's data, owned like it, for a backend of its own to run on."""
+        self._run_as_owner("cp", "-a", str(self.data), str(destination))
+
     def admin_url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
     def _run(self, program: str, *args: str) -> None:
+        self._run_as_owner(str(self._bin / program), *args)
+
+    def _run_as_owner(self, *argv: str) -> None:
         completed = subprocess.run(
-            [*self._as_user, str(self._bin / program), *args],
+            self.command(*argv),
             capture_output=True,
             text=True,
             timeout=START_TIMEOUT_SECONDS + 30,
         )
         if completed.returncode != 0:
-            raise RuntimeError(f"{program} failed: {completed.stdout}{completed.stderr}\n{self.log_tail()}")
+            raise RuntimeError(f"{argv[0]} failed: {completed.stdout}{completed.stderr}\n{self.log_tail()}")
 
     def start(self) -> None:
         """Starts the server and waits until it accepts connections (after crash recovery, if any)."""
