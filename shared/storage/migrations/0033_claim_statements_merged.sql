@@ -1,7 +1,7 @@
--- The claim (0032's jobs_claim) in fewer and lighter statements. Measured by instructions per claim of 50
--- with four weighted tenants under limits (callgrind on a single-user backend, deterministic where timings
--- on this machine range over ten points), the limits and the shares added 13% to a claim-and-complete of
--- one tenant without them, in five places:
+-- The claim (0032's jobs_claim) in fewer and lighter statements. Counted in instructions per claim and
+-- completion of 50 (callgrind in a single-user backend: `BENCH_ONLY=claim_instructions make bench`, steady
+-- where timings on this machine range over ten points), four weighted tenants under limits ran 10-12% more
+-- than one tenant without them, spent in five places:
 --  * the room under the locks was counted by three functions (the room, its count, its remembering), five
 --    statements, the running jobs and the charges grouped through hash tables: one statement now;
 --  * the keys were locked by a loop of one statement per key: one statement now, in the same order;
