@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -103,6 +104,41 @@ async def test_tenants_share_in_proportion_to_their_weights(db, sync_db):
     factories.set_weight(sync_db, A, 3)
 
     assert _tenants(await factories.claim(db, limit=8)) == {A: 6, B: 2}
+
+
+def _smallest_shares(running: dict[str, int], weights: dict[str, int], limit: int) -> Counter[str]:
+    """The parts of a batch of `limit` when every tenant has more queued than that: the `limit` smallest
+    (running + n) / weight, ties to the older head (the tenants' heads are as old as their order here),
+    then the tenant."""
+    shares = sorted(
+        ((running[t] + n) / weights[t], age, t) for age, t in enumerate(running) for n in range(1, limit + 1)
+    )
+    return Counter(t for _, _, t in shares[:limit])
+
+
+async def test_the_parts_are_the_smallest_shares_whatever_the_weights_and_the_running_jobs(db, sync_db):
+    # The claim generates each tenant's candidates only up to the level no part can pass: the parts must be
+    # the ones every candidate would give, for weights far apart and near, and running jobs or none.
+    rng = random.Random(20261203)
+    for case in range(16):
+        kind = f"shares-{case}"
+        tenants = [f"shares-{case}-{n}" for n in range(rng.randint(2, 5))]
+        limit = rng.choice([1, 7, 20, 50])
+        running = {t: rng.choice([0, rng.randint(0, 5), rng.randint(0, 40)]) for t in tenants}
+        weights = {t: rng.choice([1, rng.randint(1, 4), rng.randint(1, 10_000)]) for t in tenants}
+        for t in tenants:
+            factories.set_weight(sync_db, t, weights[t])
+            if running[t]:
+                await factories.insert_jobs(db, running[t], tenant=TenantId(t), kind=f"{kind}-held")
+        if sum(running.values()):
+            held = await factories.claim(db, kinds=(f"{kind}-held",), limit=sum(running.values()))
+            assert _tenants(held) == {t: n for t, n in running.items() if n}
+        for t in tenants:
+            await factories.insert_jobs(db, limit, tenant=TenantId(t), kind=kind)
+
+        claimed = await factories.claim(db, kinds=(kind,), limit=limit)
+
+        assert _tenants(claimed) == _smallest_shares(running, weights, limit), (running, weights, limit)
 
 
 async def test_running_jobs_count_against_a_tenants_share(db):
