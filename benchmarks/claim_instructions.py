@@ -23,7 +23,11 @@ from benchmarks import fairness
 from benchmarks.harness import free_port
 from shared.storage import queries
 from shared.storage.migrator import migrate
+from shared.storage.sql_loader import load_sql_blocks
 from tests.private_postgres import PrivatePostgres
+
+# The statements of a cycle around the claim and the completion.
+_CYCLE = load_sql_blocks("claim_cycle.sql", package="benchmarks")
 
 SIDES = ("off", "shares", "on")
 HELD_BATCHES = 4
@@ -48,23 +52,24 @@ def _cycle() -> str:
         .replace("%(results)b", f"(SELECT array_agg(''::bytea) {claimed})")
         .replace("%(worker_id)s", "'bench'")
     )
-    remembered_now = (
-        "SELECT set_config('jobs.claim_rooms', coalesce(jsonb_set(nullif(current_setting('jobs.claim_rooms', true),"
-        " '')::jsonb, '{at}', to_jsonb(extract(epoch FROM clock_timestamp())))::text, ''), false);\n\n"
-    )
     return (
-        remembered_now
-        + "INSERT INTO bench_claimed SELECT job_id, fencing_token FROM jobs_claim('bench', ARRAY['echo'], 50, 600);\n\n"
-        "SELECT count(*) AS claimed FROM bench_claimed;\n\n"
-        f"{completion.strip().rstrip(';')};\n\n"
-        "DELETE FROM bench_claimed;\n\n"
+        ";\n\n".join(
+            (
+                _CYCLE["remembered_rooms_now"],
+                _CYCLE["claim_into_table"],
+                _CYCLE["claimed_count"],
+                completion.strip().rstrip(";"),
+                _CYCLE["claimed_clear"],
+            )
+        )
+        + ";\n\n"
     )
 
 
 async def _load(url: str, side: str, jobs: int) -> None:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as conn:
         await fairness.load_side(conn, side, jobs)
-        await conn.execute("CREATE UNLOGGED TABLE bench_claimed (job_id uuid, fencing_token bigint)")
+        await conn.execute(_CYCLE["claimed_table_create"])
         params = {"worker_id": "held", "kinds": ["echo"], "limit": fairness.CLAIM_BATCH, "lease_seconds": 86400}
         for _ in range(HELD_BATCHES):
             await (await conn.execute(queries.JOB_CLAIM_BATCH, params)).fetchall()

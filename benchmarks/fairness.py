@@ -27,6 +27,8 @@ from shared.storage.sql_loader import load_sql_blocks
 _FIFO = load_sql_blocks("fifo_claim.sql", package="benchmarks")
 # The weights and limits of the scheduling setups.
 _SIDES = load_sql_blocks("scheduling_sides.sql", package="benchmarks")
+# What the figures load besides, and read back.
+_SQL = load_sql_blocks("fairness.sql", package="benchmarks")
 
 CLAIMERS = 4
 CLAIM_BATCH = 50
@@ -158,26 +160,17 @@ async def _trickle_waits(url: str, tenant: str, jobs: int, every_seconds: float)
             assert isinstance(job_ids, list)
             acked[str(job_ids[0])] = time.time()
             await asyncio.sleep(every_seconds)
-        cur = await conn.execute(
-            "SELECT count(*) FROM jobs WHERE tenant <> %s AND state IN ('pending', 'retry_wait')", (tenant,)
-        )
+        cur = await conn.execute(_SQL["others_queued_count"], {"tenant": tenant})
         others_left = (await cur.fetchone() or (0,))[0]
         # When the other tenants' backlog ran out before the last submission, the time their last job
         # started: a job submitted after it waited behind nobody.
         others_ended = None
         if others_left == 0:
-            cur = await conn.execute(
-                "SELECT extract(epoch FROM max(started_at))::float8 FROM jobs WHERE tenant <> %s", (tenant,)
-            )
+            cur = await conn.execute(_SQL["others_last_start"], {"tenant": tenant})
             others_ended = (await cur.fetchone() or (None,))[0]
         deadline = time.monotonic() + 600
         while True:
-            cur = await conn.execute(
-                "SELECT job_id::text, extract(epoch FROM started_at)::float8,"
-                " extract(epoch FROM started_at - created_at)::float8 FROM jobs"
-                " WHERE tenant = %s AND started_at IS NOT NULL",
-                (tenant,),
-            )
+            cur = await conn.execute(_SQL["tenant_started_select"], {"tenant": tenant})
             rows = await cur.fetchall()
             if len(rows) == jobs or time.monotonic() > deadline:
                 counted = [row for row in rows if others_ended is None or acked[row[0]] < others_ended]
@@ -350,27 +343,14 @@ def claim_time_at_scale(url: str) -> dict[str, float]:
     of five each, rolled back so every claim sees the same queue; with and without a limit in force."""
     rows, tenants = env_int("BENCH_CLAIM_ROWS", 1_000_000), env_int("BENCH_CLAIM_TENANTS", 100)
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO jobs (tenant, kind, state, payload, max_attempts, retry_budget, run_after)"
-            " SELECT 'big', 'echo', 'pending', '', 3, 3, clock_timestamp() - interval '1 hour'"
-            " FROM generate_series(1, %s)",
-            (rows,),
-        )
-        conn.execute(
-            "INSERT INTO jobs (tenant, kind, state, payload, max_attempts, retry_budget)"
-            " SELECT 'small-' || t, 'echo', 'pending', '', 3, 3 FROM generate_series(1, %s) AS t,"
-            " generate_series(1, 5)",
-            (tenants,),
-        )
+        conn.execute(_SQL["big_tenant_insert"], {"rows": rows})
+        conn.execute(_SQL["small_tenants_insert"], {"tenants": tenants})
         conn.execute("VACUUM ANALYZE jobs")
     out: dict[str, float] = {"rows": rows, "tenants": tenants}
     with psycopg.connect(url, row_factory=dict_row) as conn:
         for label in ("plain", "limited"):
             if label == "limited":
-                conn.execute(
-                    "INSERT INTO job_limits (key, max_running, rate_per_second, burst, updated_by)"
-                    " VALUES ('kind:echo', 1000, 100000, 1000, 'bench'), ('tenant:big', 1000, 0, 1, 'bench')"
-                )
+                conn.execute(_SQL["big_tenant_limits_insert"])
                 conn.commit()
             times, reached = [], 0
             for _ in range(30):
@@ -392,15 +372,13 @@ async def limit_overshoot(url: str) -> dict[str, float]:
     database's own stamps (claim's started_at to completion's finished_at), minus the limit."""
     limit, jobs = 3, env_int("BENCH_OVERSHOOT_JOBS", 2000)
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute(
-            "INSERT INTO job_limits (key, max_running, updated_by) VALUES ('kind:echo', %s, 'bench')", (limit,)
-        )
+        await conn.execute(_SQL["kind_running_limit_insert"], {"max_running": limit})
         for tenant in ("bench-a", "bench-b"):
             await insert_plain(conn, tenant, jobs // 2)
     drain = Drain(url, batch=random.Random(0).randint(2, 5))
     await drain.run(total=jobs)
     with psycopg.connect(url) as conn:
-        rows = conn.execute("SELECT started_at, finished_at FROM jobs WHERE state = 'succeeded'").fetchall()
+        rows = conn.execute(_SQL["succeeded_spans_select"]).fetchall()
     edges = sorted([(r[0], 1) for r in rows] + [(r[1], -1) for r in rows])
     running = most = 0
     for _, step in edges:
