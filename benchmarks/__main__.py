@@ -223,6 +223,14 @@ def _scheduling(only: set[str], figures: dict[str, Any], repeat: int) -> list[tu
                 f" {wait['batch_b_flood_counted']:,.0f} of B's jobs",
             )
         )
+        rows.append(
+            (
+                "  a claim under the flood, p50",
+                f"{wait['claim_flood_p50_ms']:.1f} vs {wait['claim_solo_p50_ms']:.1f} ms",
+                f"B's p99 wait is {wait['b_flood_p99_claims']:.2f} of those claims (batch claimers:"
+                f" {wait['batch_claim_flood_p50_ms']:.1f} ms, {wait['batch_b_flood_p99_claims']:.2f})",
+            )
+        )
     if "fair_throughput" in only:
         # A side drains for two or three seconds, and pairs on a shared machine range over twenty points:
         # at least five, each starting with the side the last one ended with.
