@@ -52,18 +52,14 @@ def _cycle() -> str:
         .replace("%(results)b", f"(SELECT array_agg(''::bytea) {claimed})")
         .replace("%(worker_id)s", "'bench'")
     )
-    return (
-        ";\n\n".join(
-            (
-                _CYCLE["remembered_rooms_now"],
-                _CYCLE["claim_into_table"],
-                _CYCLE["claimed_count"],
-                completion.strip().rstrip(";"),
-                _CYCLE["claimed_clear"],
-            )
-        )
-        + ";\n\n"
+    statements = (
+        _CYCLE["remembered_rooms_now"],
+        _CYCLE["claim_into_table"],
+        _CYCLE["claimed_count"],
+        completion.strip().rstrip(";"),
+        _CYCLE["claimed_clear"],
     )
+    return "".join(f"{statement};\n\n" for statement in statements)
 
 
 async def _load(url: str, side: str, jobs: int) -> None:

@@ -219,7 +219,7 @@ async def tenant_wait_under_flood(urls: dict[str, str]) -> dict[str, float]:
             drain = drain_class(url, run_seconds=0.005)
             workers = asyncio.create_task(drain.run())
             await asyncio.sleep(WARM_UP_SECONDS)
-            del drain.claim_seconds[:]
+            drain.claim_seconds.clear()
             waits = await _trickle_waits(url, "bench-b", b_jobs, every)
             drain.stop = True
             await workers
