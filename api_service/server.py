@@ -101,6 +101,7 @@ async def serve(settings: ApiSettings) -> None:
             acquire_timeout_seconds=settings.db_acquire_timeout_seconds,
             application_name="jobs-api",
             prepare_threshold=settings.database.prepare_threshold,
+            fault_injection=settings.database.fault_injection,
         )
     )
     metrics.watch_pool(db.stats)

@@ -47,6 +47,7 @@ async def run(settings: WorkerSettings) -> None:
             max_size=3,
             application_name="jobs-worker",
             prepare_threshold=settings.database.prepare_threshold,
+            fault_injection=settings.database.fault_injection,
         )
     )
     metrics.watch_pool(db.stats)

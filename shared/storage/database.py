@@ -25,6 +25,7 @@ from shared.domain.errors import (
 )
 from shared.storage import queries
 from shared.storage.database_settings import PREPARE_THRESHOLD_DEFAULT
+from shared.storage.fault_injection import StatementFaults, pool_connection_kwargs
 
 Connection = psycopg.AsyncConnection[DictRow]
 
@@ -59,6 +60,8 @@ class PoolSettings:
     # None turns psycopg's server-side prepared statements off, as a transaction pooler needs.
     prepare_threshold: int | None = PREPARE_THRESHOLD_DEFAULT
     reconnect_timeout_seconds: float = RECONNECT_TIMEOUT_SECONDS_DEFAULT
+    # JOBS_FAULT_INJECTION: the fraction of statements that fail on purpose (fault_injection.py); 0 is off.
+    fault_injection: float = 0.0
 
 
 def with_connection_defaults(url: str) -> str:
@@ -147,16 +150,19 @@ class Database:
         pool: AsyncConnectionPool[Connection],
         acquire_timeout_seconds: float = 5.0,
         probe: DatabaseProbe | None = None,
+        faults: StatementFaults | None = None,
     ) -> None:
         self._pool = pool
         self._acquire_timeout = acquire_timeout_seconds
         self._probe = probe
+        self._faults = faults
 
     @classmethod
     async def open(cls, settings: PoolSettings, *, wait: bool = False) -> Database:
         """Opens the pool; without `wait` it connects in the background, so a down database
         does not stop the process from starting (health reports NOT_SERVING instead)."""
         url = with_connection_defaults(settings.url)
+        faults = StatementFaults.from_fraction(settings.fault_injection)
         pool = AsyncConnectionPool(
             url,
             connection_class=Connection,
@@ -168,19 +174,21 @@ class Database:
                 "row_factory": dict_row,
                 "application_name": settings.application_name,
                 "prepare_threshold": settings.prepare_threshold,
+                **pool_connection_kwargs(faults),
             },
             open=False,
         )
         await pool.open(wait=wait)
         probe = DatabaseProbe(url, f"{settings.application_name}-probe", settings.prepare_threshold)
-        return cls(pool, settings.acquire_timeout_seconds, probe)
+        return cls(pool, settings.acquire_timeout_seconds, probe, faults)
 
     @asynccontextmanager
     async def transaction(self, tenant: str | None = None) -> AsyncIterator[Connection]:
         """One transaction: committed when the block ends normally, rolled back otherwise. With a
         tenant, it sees and writes only that tenant's rows; inside `call_deadline`, it ends by then."""
         seconds_left = _seconds_left()
-        with translate_db_errors():
+        injected = self._faults.transaction() if self._faults is not None else contextlib.nullcontext()
+        with translate_db_errors(), injected:
             if seconds_left is not None and seconds_left <= 0:
                 raise DeadlineExceeded("the caller's deadline passed")
             wait = self._acquire_timeout if seconds_left is None else min(self._acquire_timeout, seconds_left)

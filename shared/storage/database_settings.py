@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from shared.env_settings import SettingsError, env_optional, env_str
+from shared.env_settings import SettingsError, env_float, env_optional, env_str
+from shared.storage.fault_injection import FAULT_INJECTION_MAX
 
 # psycopg's own default: a statement is prepared on a connection after it ran this many times there.
 PREPARE_THRESHOLD_DEFAULT = 5
@@ -32,6 +33,8 @@ class DatabaseSettings:
     # and WatchJob fall back to polling.
     session_url: str | None
     pooling: Pooling
+    # JOBS_FAULT_INJECTION: the fraction of statements that fail on purpose, for chaos runs and tests; 0 is off.
+    fault_injection: float = 0.0
 
     @property
     def prepare_threshold(self) -> int | None:
@@ -51,4 +54,7 @@ class DatabaseSettings:
         direct = env_optional(env, "DATABASE_DIRECT_URL")
         if direct is None and pooling is Pooling.SESSION:
             direct = url
-        return cls(url=url, session_url=direct, pooling=pooling)
+        fault_injection = env_float(env, "JOBS_FAULT_INJECTION", 0.0)
+        if fault_injection > FAULT_INJECTION_MAX:
+            raise SettingsError(f"JOBS_FAULT_INJECTION must be at most {FAULT_INJECTION_MAX}, got {fault_injection}")
+        return cls(url=url, session_url=direct, pooling=pooling, fault_injection=fault_injection)
