@@ -1,0 +1,1 @@
+"""The checks a chaos run's history must pass, one module per promise of the contract."""
