@@ -30,8 +30,9 @@ class _Link:
 
 
 class FaultProxy:
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+    def __init__(self, upstream_host: str, upstream_port: int, listen_port: int = 0) -> None:
         self._upstream = (upstream_host, upstream_port)
+        self._listen_port = listen_port
         self._links: set[_Link] = set()
         self._delay_seconds = 0.0
         self._delay_until = 0.0
@@ -44,7 +45,7 @@ class FaultProxy:
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
         try:
-            server = self._loop.run_until_complete(asyncio.start_server(self._relay, "127.0.0.1", 0))
+            server = self._loop.run_until_complete(asyncio.start_server(self._relay, "127.0.0.1", self._listen_port))
         except OSError as exc:
             self._ready.set_exception(exc)
             return

@@ -212,8 +212,11 @@ class ServiceStack:
         )
         return process
 
-    def start_worker(self, name: str, module: str = "worker_service", **env: str) -> ServiceProcess:
-        """Starts a worker replica (`python -m module`) and waits until it has announced itself."""
+    def start_worker(
+        self, name: str, module: str = "worker_service", *, wait_announced: bool = True, **env: str
+    ) -> ServiceProcess:
+        """Starts a worker replica (`python -m module`) and, unless told not to, waits until it has
+        announced itself."""
         process = self._spawn(
             name,
             module,
@@ -225,11 +228,12 @@ class ServiceStack:
                 **env,
             },
         )
-        wait_until(
-            lambda: self._exited_early(process) or f"worker {name}:" in process.log_text(),
-            timeout=STARTUP_TIMEOUT_SECONDS,
-            what=f"worker {name} to start",
-        )
+        if wait_announced:
+            wait_until(
+                lambda: self._exited_early(process) or f"worker {name}:" in process.log_text(),
+                timeout=STARTUP_TIMEOUT_SECONDS,
+                what=f"worker {name} to start",
+            )
         return process
 
     def _exited_early(self, process: ServiceProcess) -> bool:

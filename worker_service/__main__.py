@@ -60,7 +60,10 @@ async def run(settings: WorkerSettings) -> None:
         interval_seconds=settings.kind_publish_interval_seconds,
     )
     # Before the first claim: the API accepts a kind only once some worker has published it.
-    await publisher.publish()
+    if not await publisher.publish_first(stop):
+        await db.close()
+        log.info("worker %s stopped before its job kinds could be published", settings.worker_id)
+        return
     api = ApiClient(settings.api_target, settings.worker_token, settings.worker_id, settings.tls)
     log.info(
         "worker %s: %d slots, lease %.0fs, kinds %s",

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.domain.errors import JobsError
+from shared.domain.errors import DeadlineExceeded, JobsError, Unavailable
 from shared.handlers.api import HandlerRegistry
 from shared.storage import kind_store
 from shared.storage.database import Database
@@ -19,6 +20,9 @@ PUBLISH_INTERVAL_SECONDS_DEFAULT = 30.0
 # A replica not seen for this many intervals no longer counts when replicas are compared.
 PUBLISHER_LIVE_INTERVALS = 3
 PUBLISHER_FORGET_INTERVALS = 20
+# The first publication's retries while the database cannot be reached: waits doubling up to the cap.
+FIRST_RETRY_SECONDS = 0.2
+FIRST_RETRY_SECONDS_MAX = 5.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,23 @@ class KindPublisher:
                     ", ".join(conflict.publishers),
                     extra={"kind": kind},
                 )
+
+    async def publish_first(self, stop: asyncio.Event) -> bool:
+        """Publishes once, trying again while the database cannot be reached: a replica started during
+        an outage (or a failover) waits it out, not ready, as the API does, instead of exiting. False
+        when `stop` came first."""
+        delay = FIRST_RETRY_SECONDS
+        while True:
+            try:
+                await self.publish()
+                return True
+            except (Unavailable, DeadlineExceeded) as exc:
+                log.warning("publishing job kinds failed: %s; trying again in %.1fs", exc.message, delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay * random.uniform(0.5, 1.0))
+            if stop.is_set():
+                return False
+            delay = min(delay * 2, FIRST_RETRY_SECONDS_MAX)
 
     async def keep_published(self) -> None:
         """Refreshes the publication, so the API and the conflict check see this replica as live."""
