@@ -13,7 +13,7 @@ from typing import Any
 from chaos.checks import leases, limits, results, submissions, transitions, walls
 from chaos.config import STATEMENT_FAULT_KINDS
 from chaos.history import History
-from chaos.model import Run, Violation, build_run
+from chaos.model import Run, Violation, build_run, violation
 
 Check = Callable[[Run], Iterator[Violation]]
 CHECKS: tuple[Check, ...] = (
@@ -62,6 +62,10 @@ class Report:
 def check_history(history: History) -> Report:
     run = build_run(history)
     violations = [found for check in CHECKS for found in check(run)]
+    violations += [
+        violation("process_exited", None, f"{e['target']} exited on its own with code {e['code']} (log {e['log']})", e)
+        for e in run.exits
+    ]
     if not run.markers.get("run.end"):
         violations.append(
             Violation("incomplete_history", None, "the history has no run.end: the run did not finish", ())

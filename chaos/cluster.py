@@ -116,6 +116,7 @@ class Cluster:
     workers: list[ServiceProcess] = field(default_factory=list)
     api_ports: list[int] = field(default_factory=list)
     postgres_up: bool = False
+    stopped: bool = False
 
     @property
     def owner_url(self) -> str:
@@ -272,12 +273,14 @@ class Cluster:
                 process.start()
 
     def stop(self) -> None:
+        """Stops every process and removes the private server's data; again, it does nothing."""
         for process in [*self.workers, *self.apis]:
             process.stop()
         if hasattr(self, "proxy"):
             self.proxy.close()
-        if hasattr(self, "postgres"):
+        if hasattr(self, "postgres") and not self.stopped:
             self.postgres.destroy()
+        self.stopped = True
 
 
 def _sha256(text: str) -> str:

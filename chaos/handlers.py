@@ -132,7 +132,15 @@ class ChaosHandlers:
         return result_of(ctx)
 
     async def sleeping(self, ctx: JobContext) -> bytes:
-        await asyncio.sleep(float(_payload(ctx).get("seconds", 0.1)))
+        """Sleeps `seconds`, or the attempt's own entry of `seconds_by_attempt` (the last one for later
+        attempts), so that a scripted scenario can make one attempt outlast another."""
+        spec = _payload(ctx)
+        by_attempt = spec.get("seconds_by_attempt")
+        if isinstance(by_attempt, list) and by_attempt:
+            seconds = float(by_attempt[min(ctx.attempt, len(by_attempt)) - 1])
+        else:
+            seconds = float(spec.get("seconds", 0.1))
+        await asyncio.sleep(seconds)
         return result_of(ctx)
 
     def blocking(self, ctx: JobContext) -> bytes:

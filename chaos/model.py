@@ -110,6 +110,8 @@ class Run:
     faults: list[Entry]
     pauses: dict[str, list[Pause]]
     markers: dict[str, Entry]
+    # Service processes that exited on their own (the runner started them again).
+    exits: list[Entry]
     torn_lines: list[int]
 
     def claims(self, job_id: str) -> list[Entry]:
@@ -142,6 +144,7 @@ def build_run(history: History) -> Run:
         faults=[],
         pauses=defaultdict(list),
         markers={},
+        exits=[],
         torn_lines=history.torn_lines,
     )
     by_call: dict[str, Exchange] = {}
@@ -161,6 +164,8 @@ def build_run(history: History) -> Run:
             _add_row(run, entry)
         elif event == "fault":
             _add_fault(run, entry, pause_starts)
+        elif event == "process.exited":
+            run.exits.append(entry)
         elif event.startswith(("run.", "faults.")):
             run.markers[event] = entry
             if event == "run.start":

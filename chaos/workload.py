@@ -200,6 +200,22 @@ class Client:
     async def submit(self) -> None:
         await self._submit([self._request(self._kind())], batch=False)
 
+    async def submit_kind(self, kind: str, payload: dict[str, Any] | None = None, **fields: Any) -> str | None:
+        """One submission of `kind` (its payload given, else drawn), resubmitted until definite; the job
+        id when it was accepted. For scripted scenarios."""
+        request = self._request(kind, **fields)
+        if payload is not None:
+            request.payload = json.dumps(payload).encode()
+        before = set(self._book.jobs)
+        await self._submit([request], batch=False)
+        created = [job_id for job_id in self._book.jobs if job_id not in before]
+        return created[0] if created else None
+
+    async def cancel_job(self, job_id: str) -> Answer:
+        stub = self._stub()
+        request = jobs_pb2.CancelJobRequest(job_id=job_id, reason="chaos")
+        return await self._job_call("cancel", job_id, unary(stub.CancelJob, request))
+
     async def submit_batch(self) -> None:
         requests = [
             self._request(self._rng.choice([handlers.QUICK, handlers.FLAKY, handlers.INTENT])) for _ in range(4)
@@ -255,11 +271,8 @@ class Client:
 
     async def cancel(self) -> None:
         job_id = self._pick(prefer_open=True)
-        if job_id is None:
-            return
-        stub = self._stub()
-        request = jobs_pb2.CancelJobRequest(job_id=job_id, reason="chaos")
-        await self._job_call("cancel", job_id, unary(stub.CancelJob, request))
+        if job_id is not None:
+            await self.cancel_job(job_id)
 
     async def retry(self) -> None:
         job_id = self._pick(RETRYABLE)

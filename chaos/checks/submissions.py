@@ -50,7 +50,11 @@ def check_acknowledged(run: Run) -> Iterator[Violation]:
                     exchange.call,
                     exchange.answer,
                 )
-            elif (job["tenant"], job["kind"], job["idempotency_key"]) != (exchange.tenant, item["kind"], item["key"]):
+            elif (job["tenant"], job["kind"], job["idempotency_key"]) != (
+                exchange.tenant,
+                item["kind"],
+                item["key"] or None,
+            ):
                 yield violation(
                     "acknowledged_mismatch",
                     str(job_id),
