@@ -18,7 +18,7 @@ SECONDS_DEFAULT = 300.0
 FAULT_INTERVAL_SECONDS_DEFAULT = 3.0
 # JOBS_FAULT_INJECTION in every service process.
 STATEMENT_FAULTS_DEFAULT = 0.01
-LEASE_SECONDS_DEFAULT = 3.0
+LEASE_SECONDS_DEFAULT = 2.5
 # The longest the run waits, once the faults stop, for every job to end or wait visibly.
 SETTLE_SECONDS_DEFAULT = 240.0
 # How long past its bound (lease plus a heartbeat) a cancelled handler may still run before the checker

@@ -97,9 +97,10 @@ class FaultProxy:
         return len(links)
 
     def delay(self, seconds_per_chunk: float, for_seconds: float) -> None:
-        """Holds every chunk relayed in either direction for `seconds_per_chunk`, for the next `for_seconds`."""
+        """Holds every chunk relayed in either direction for `seconds_per_chunk`, for the next `for_seconds`
+        (or until a delay already in force ends, if later)."""
         self._delay_seconds = seconds_per_chunk
-        self._delay_until = time.monotonic() + for_seconds
+        self._delay_until = max(self._delay_until, time.monotonic() + for_seconds)
 
     def heal(self) -> None:
         self._delay_until = 0.0

@@ -10,8 +10,10 @@ cannot be asked to notice anything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
@@ -22,11 +24,16 @@ from chaos.history import HistoryWriter
 # Seconds a short pause lasts, as fractions of the lease: always shorter than it.
 WORKER_PAUSE_LEASES = (0.1, 0.8)
 # A lease pause outlasts the lease, so the worker's own clock finds every deadline passed on waking.
-LEASE_PAUSE_LEASES = (1.2, 2.0)
-API_PAUSE_SECONDS = (0.2, 2.0)
-POSTGRES_DOWN_SECONDS = (0.0, 1.0)
+LEASE_PAUSE_LEASES = (1.1, 1.6)
+API_PAUSE_SECONDS = (0.2, 1.5)
+# How long PostgreSQL stays down before it is started again (its crash recovery comes on top).
+POSTGRES_DOWN_SECONDS = (0.0, 0.5)
 DELAY_PER_CHUNK_SECONDS = (0.05, 0.5)
 DELAY_SECONDS = (0.5, 3.0)
+# Kinds whose faults may be in force several at once.
+OVERLAPPING = frozenset(
+    {FaultKind.WORKER_PAUSE, FaultKind.LEASE_PAUSE, FaultKind.API_PAUSE, FaultKind.CONNECTIONS_DELAYED}
+)
 
 
 class Nemesis:
@@ -58,17 +65,35 @@ class Nemesis:
         await asyncio.gather(*(self._strike(kind, stop) for kind in sorted(self._config.faults)))
 
     async def _strike(self, kind: FaultKind, stop: asyncio.Event) -> None:
-        # One generator per kind, so that one kind's choices do not shift when another's timing does.
-        rng = random.Random(f"{self._config.seed}-{kind.value}")
+        """Strike times are a Poisson process of their own: each is drawn from the one before it was due,
+        not from when it ended, so a fault that lasts does not slow its kind's pace. Faults that can be in
+        force several at once (pauses of different processes, delays) overlap; a PostgreSQL crash waits
+        for the one before it to be over."""
+        schedule = random.Random(f"{self._config.seed}-{kind.value}")
         action = self._actions[kind]
-        while True:
-            try:
-                await asyncio.wait_for(stop.wait(), rng.expovariate(1.0 / self._config.fault_interval_seconds))
-                return
-            except TimeoutError:
-                pass
-            if await action(rng, next(self._ids)):
-                self.counts[kind.value] += 1
+        in_force: set[asyncio.Task[None]] = set()
+        due = time.monotonic()
+        for number in itertools.count(1):
+            due += schedule.expovariate(1.0 / self._config.fault_interval_seconds)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0.0, due - time.monotonic()))
+            if stop.is_set():
+                break
+            # Each strike's choices come from a generator of its own, so timing never shifts another's.
+            rng = random.Random(f"{self._config.seed}-{kind.value}-{number}")
+            strike = self._counted(kind, action(rng, next(self._ids)))
+            if kind in OVERLAPPING:
+                task = asyncio.create_task(strike)
+                in_force.add(task)
+                task.add_done_callback(in_force.discard)
+            else:
+                await strike
+        if in_force:
+            await asyncio.gather(*in_force)
+
+    async def _counted(self, kind: FaultKind, strike: Awaitable[bool]) -> None:
+        if await strike:
+            self.counts[kind.value] += 1
 
     def _record(self, fault_id: int, kind: FaultKind, phase: str, **fields: object) -> None:
         self._history.record("fault", id=fault_id, kind=kind.value, phase=phase, **fields)

@@ -13,7 +13,9 @@ from chaos.calls import RESUBMIT_DELAY_FIRST_SECONDS, Answer, Caller, backoff, u
 from jobs.v1 import admin_pb2, admin_pb2_grpc
 
 PAUSED_KIND = handlers.PAUSABLE
-PAUSE_SECONDS = (1.0, 5.0)
+# How long the kind stays paused, and then resumed. Longer than the checker's slack for a claim that
+# began before the pause committed (chaos/checks/transitions.py), so the window it checks is not empty.
+PAUSE_SECONDS = (5.0, 20.0)
 
 
 class Operator:

@@ -94,7 +94,8 @@ def payload_for(kind: str, rng: random.Random) -> dict[str, Any]:
     if kind == handlers.INTENT:
         return {"call_seconds": round(rng.uniform(0.05, 1.0), 3)}
     if kind == handlers.LONG:
-        return {"stages": rng.randint(2, 6), "stage_seconds": round(rng.uniform(0.3, 1.5), 3)}
+        # Up to 25 s: longer than a cancel may take to stop it, so that an ignored cancel would show.
+        return {"stages": rng.randint(2, 10), "stage_seconds": round(rng.uniform(0.3, 2.5), 3)}
     if kind in (handlers.LIMITED, handlers.BLOCKING):
         return {"seconds": round(rng.uniform(0.1, 1.5), 3)}
     return {}

@@ -432,7 +432,7 @@ def _stale_latest(story: Story) -> None:
 
 def _claimed_while_paused(story: Story) -> None:
     story.call("pause_kind", tenant="", answer={"paused": True}, kind="chaos.pausable")
-    story.t += 5
+    story.t += 15
     story.succeeded_job("j1", "s1", kind="chaos.pausable")
     story.call("resume_kind", tenant="", answer={"paused": False}, kind="chaos.pausable")
 

@@ -29,8 +29,10 @@ ALLOWED: dict[str | None, frozenset[str]] = {
     "superseded": frozenset(),
 }
 RISK_ACCEPTED = "duplicate risk accepted"
-# A claim whose statement began before a pause committed may carry a time after the pause's answer.
-PAUSE_SLACK_SECONDS = 2.0
+# A claim whose statement began before a pause committed carries a time after the pause's answer when it
+# waited on a lock: held, at worst, by a worker stopped mid-transaction by a fault (seconds) or a
+# transaction whose COMMIT the proxy delays. A claim later than this after the answer saw the pause.
+PAUSE_SLACK_SECONDS = 10.0
 
 
 def _is_manual_retry(event: Entry) -> bool:
