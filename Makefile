@@ -19,7 +19,7 @@ BENCH_REQUIREMENTS := benchmarks/pgqueuer-requirements.txt
 TEST_ADMIN_URL_DEFAULT := postgresql://postgres@127.0.0.1:5432/postgres
 export JOBS_TEST_ADMIN_URL ?= $(or $(DATABASE_URL),$(TEST_ADMIN_URL_DEFAULT))
 
-.PHONY: help venv node-deps generate lint format test run bench system-deps clean
+.PHONY: help venv node-deps generate lint format test run bench chaos system-deps clean
 
 help: ## List the targets
 	@echo "Usage: make TARGET"
@@ -66,6 +66,9 @@ bench: venv $(BENCH_VENV_STAMP) ## Throughput, latency and memory figures agains
 	@echo "benchmarks use admin URL $(JOBS_TEST_ADMIN_URL) (BENCH_ONLY, BENCH_JOBS, BENCH_REPEAT, BENCH_SOAK_SECONDS: see benchmarks/__main__.py)"
 	BENCH_ADMIN_URL=$${BENCH_ADMIN_URL:-$(JOBS_TEST_ADMIN_URL)} BENCH_PEER_PYTHON=$(BENCH_VENV)/bin/python $(VENV_PYTHON) -m benchmarks
 
+chaos: venv ## The real services under random faults for CHAOS_SECONDS (300; CHAOS_SEED replays the plan), then the checker's verdict as one JSON line (docs/CHAOS.md)
+	$(VENV_PYTHON) -m chaos
+
 $(BENCH_VENV_STAMP): $(BENCH_REQUIREMENTS)
 	@test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(BENCH_REQUIREMENTS)
@@ -86,6 +89,6 @@ system-deps: ## Install what the tests and benchmarks need from the OS (promtool
 		DEBIAN_FRONTEND=noninteractive apt-get install --yes --no-install-recommends $$missing; \
 	fi
 
-clean: ## Remove the venv, caches, build output and .dev/ (the embedded database's data)
-	rm -rf $(VENV) $(BENCH_VENV) node_modules .dev build dist *.egg-info .pytest_cache .ruff_cache .import_linter_cache .mypy_cache
+clean: ## Remove the venv, caches, build output, .dev/ (the embedded database's data) and .chaos/ (chaos runs' histories)
+	rm -rf $(VENV) $(BENCH_VENV) node_modules .dev .chaos build dist *.egg-info .pytest_cache .ruff_cache .import_linter_cache .mypy_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
