@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -33,9 +34,23 @@ def main(argv: list[str] | None = None) -> int:
         config = ChaosConfig.from_env(os.environ)
         print(f"chaos run: {config.seconds:.0f}s, seed {config.seed} (CHAOS_SEED={config.seed} replays its choices)")
         print(f"history and logs: {config.workdir}")
-        report = asyncio.run(run_chaos(config))
+        try:
+            report = asyncio.run(_until_signalled(config))
+        except asyncio.CancelledError:
+            print("chaos run interrupted: its processes and its private PostgreSQL were stopped", file=sys.stderr)
+            return 130
     _print(report)
     return 1 if report.violations else 0
+
+
+async def _until_signalled(config: ChaosConfig) -> Report:
+    """SIGINT or SIGTERM (Ctrl-C, a CI timeout) ends the run cleanly: nothing it started is left running."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, task.cancel)
+    return await run_chaos(config)
 
 
 def _print(report: Report) -> None:

@@ -67,7 +67,14 @@ class ChaosSession:
 
     async def start(self) -> None:
         log.info("chaos run in %s: %.0fs, seed %d", self.config.workdir, self.config.seconds, self.config.seed)
-        await asyncio.to_thread(self.cluster.start)
+        starting = asyncio.ensure_future(asyncio.to_thread(self.cluster.start))
+        try:
+            await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            # Interrupted while processes start: let them all start, so that closing stops every one.
+            with contextlib.suppress(Exception):
+                await starting
+            raise
         self.history.record("run.start", **_described(self.config))
         self._channels = [
             grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=CHANNEL_OPTIONS) for port in self.cluster.api_ports
