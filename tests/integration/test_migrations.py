@@ -3,7 +3,7 @@
 The schema snapshot (tests/schema_snapshot.sql) is `pg_dump --schema-only --no-owner` of a freshly
 migrated database, normalised. After adding a migration, refresh it and review the diff:
 
-    JOBS_UPDATE_SCHEMA_SNAPSHOT=1 .venv/bin/pytest tests/test_migrations.py -k snapshot
+    JOBS_UPDATE_SCHEMA_SNAPSHOT=1 .venv/bin/pytest tests/integration/test_migrations.py -k snapshot
 
 `JOBS_TEST_PG_DUMP` names the pg_dump binary when the one on PATH does not match the server's version.
 """
@@ -25,12 +25,12 @@ from tests.conditions import wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
-SNAPSHOT_PATH = Path(__file__).with_name("schema_snapshot.sql")
+SNAPSHOT_PATH = Path(__file__).resolve().parents[1] / "schema_snapshot.sql"
 UPDATE_SNAPSHOT_ENV = "JOBS_UPDATE_SCHEMA_SNAPSHOT"
 PG_DUMP_ENV = "JOBS_TEST_PG_DUMP"
 SNAPSHOT_HEADER = (
-    "-- The migrated schema, normalised. Written by tests/test_migrations.py; refresh it with\n"
-    f"-- {UPDATE_SNAPSHOT_ENV}=1 .venv/bin/pytest tests/test_migrations.py -k snapshot\n"
+    "-- The migrated schema, normalised. Written by tests/integration/test_migrations.py; refresh it with\n"
+    f"-- {UPDATE_SNAPSHOT_ENV}=1 .venv/bin/pytest tests/integration/test_migrations.py -k snapshot\n"
 )
 CONCURRENT_MIGRATORS = 4
 # Lines of a dump that vary between runs or servers without saying anything about the schema:
