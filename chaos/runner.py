@@ -3,7 +3,7 @@ faults for the run's length, every fault healed, the wait for the jobs to settle
 state written into the history, and the checker's report on the whole history.
 
 `ChaosSession` is the same machinery without the random parts, for a test that scripts one interleaving
-(tests/test_chaos.py breaks a guarantee on purpose and shows that the checker names it).
+(tests/stack/test_chaos.py breaks a guarantee on purpose and shows that the checker names it).
 """
 
 from __future__ import annotations
