@@ -21,13 +21,13 @@ from typing import Any
 
 from chaos.history import HISTORY_FILE_ENV, HistoryWriter
 from shared.handlers import (
+    HandlerError,
     HandlerRegistry,
     JobContext,
     OutcomeUnknownError,
     PermanentError,
     RetryableError,
 )
-from shared.handlers.api import HandlerError
 
 QUICK = "chaos.quick"
 FLAKY = "chaos.flaky"
