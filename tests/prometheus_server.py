@@ -5,6 +5,7 @@ binary fails the test rather than skipping it."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import urllib.parse
@@ -57,6 +58,14 @@ class PrometheusServer:
         data = self._get("/api/v1/query_exemplars", query=promql, start=start, end=end)
         assert isinstance(data, list)
         return data
+
+    def label_values(self, variable_query: str) -> set[str]:
+        """A Grafana variable's options: `label_values(selector, label)` as Grafana asks Prometheus for it."""
+        match = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\s*\)\s*", variable_query, re.DOTALL)
+        assert match, variable_query
+        data = self._get(f"/api/v1/label/{match[2]}/values", **{"match[]": match[1]})
+        assert isinstance(data, list)
+        return set(data)
 
     def values_by(self, promql: str, label: str) -> dict[str, float]:
         return {sample["metric"].get(label, ""): float(sample["value"][1]) for sample in self.query(promql)}
