@@ -532,9 +532,7 @@ def _warm_up(stack: ServiceStack, prometheus: PrometheusServer, db: JobsDatabase
 
 def _settle(prometheus: PrometheusServer, db: JobsDatabase) -> float:
     """Waits until every rate window has passed the last change, and returns that time."""
-    prometheus.wait_for_evaluation_after(
-        db.last_change_at() + SETTLED_AFTER_SECONDS, "tenant_kind:jobs_claimed:rate5m"
-    )
+    prometheus.wait_for_evaluation_after(db.last_change_at() + SETTLED_AFTER_SECONDS, "tenant_kind:jobs_claimed:rate5m")
     return time.time()
 
 

@@ -1,7 +1,7 @@
 """The attempt's span is the current span inside a handler of every shape (a coroutine on the event
 loop, a plain def in the thread pool, a plain def in a child process), and the latency histograms
-carry its trace as an exemplar in the OpenMetrics exposition. In process; tests/test_tracing.py
-follows the same through the real processes to an OTLP/HTTP receiver."""
+carry its trace as an exemplar in the OpenMetrics exposition. In process; the stack tier's
+test_tracing_collector.py follows the same through the real processes to an OTLP/HTTP receiver."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A real Prometheus (Debian's package) scrapes the real API and two workers on loopback, evaluates the
-shipped rules, and ranks the tenant with more retries first. tests/test_dashboard_against_database.py
+shipped rules, and ranks the tenant with more retries first. tests/stack/test_dashboard_against_database.py
 checks every panel and ratio against the database the same way.
 
 The binary must be there (`make system-deps`): a missing one fails the test rather than skipping it.
