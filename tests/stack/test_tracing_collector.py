@@ -80,11 +80,11 @@ def test_every_handler_shape_nests_its_spans_under_the_attempt_at_an_otlp_collec
             timeout=10,
         ).job
     for job in jobs.values():
-        wait_until_sync(
-            lambda job=job: client.get(job.job_id).state == jobs_pb2.JOB_STATE_SUCCEEDED,
-            timeout=30,
-            what=f"{job.kind} to succeed",
-        )
+
+        def succeeded(job: jobs_pb2.Job = job) -> bool:
+            return client.get(job.job_id).state == jobs_pb2.JOB_STATE_SUCCEEDED
+
+        wait_until_sync(succeeded, timeout=30, what=f"{job.kind} to succeed")
 
     def all_spans_received() -> bool:
         spans = otlp_receiver.received()
