@@ -66,9 +66,10 @@ class AttemptSpan:
             self._span.set_attribute("jobs.stop_reason", reason)
 
     def exemplar(self) -> dict[str, str] | None:
-        """The span's trace as a Prometheus exemplar's labels, when the trace is sampled (an unsampled
-        one reaches no backend, so a link to it would lead nowhere); else None."""
-        if self._span is None:
+        """The span's trace as a Prometheus exemplar's labels, when this process records the span and its
+        trace is sampled; else None. Any other span reaches no backend from here, so a link to it would
+        lead nowhere (or, without a tracer provider, to the submitter's span instead of the attempt's)."""
+        if self._span is None or not self._span.is_recording():
             return None
         context = self._span.get_span_context()
         if not (context.is_valid and context.trace_flags.sampled):

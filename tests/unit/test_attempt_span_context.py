@@ -82,6 +82,10 @@ def test_an_exemplar_names_a_sampled_attempt_span_and_none_an_unsampled_one(prov
     with unsampled_provider.get_tracer("test").start_as_current_span("process echo") as unsampled:
         assert AttemptSpan(unsampled).exemplar() is None
     assert AttemptSpan().exemplar() is None
+    # Without a tracer provider the span is the submitter's, carried along but recorded nowhere here.
+    submitters = trace.NonRecordingSpan(sampled.get_span_context())
+    assert submitters.get_span_context().trace_flags.sampled
+    assert AttemptSpan(submitters).exemplar() is None
 
 
 def test_the_latency_histograms_carry_the_exemplar_in_the_openmetrics_exposition() -> None:
