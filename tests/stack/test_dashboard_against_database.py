@@ -167,10 +167,10 @@ class Run:
     def whole_run(self) -> list[tuple[str, str, str | None, str, int]]:
         return self.db.transitions(self.first, self.end)
 
-    def area(self, expr: str, *labels: str, start: float | None = None) -> dict[tuple[str, ...], float]:
+    def area(self, expr: str, *labels: str) -> dict[tuple[str, ...], float]:
         """A graph panel's area by labels over the window: for a rate, the count it stands for."""
         totals: dict[tuple[str, ...], float] = {}
-        for series in self.prometheus.query_range(expr, start or self.start, self.end, SCRAPE_INTERVAL_SECONDS):
+        for series in self.prometheus.query_range(expr, self.start, self.end, SCRAPE_INTERVAL_SECONDS):
             key = tuple(series["metric"].get(label, "") for label in labels)
             values = [float(v) for _, v in series["values"]]
             totals[key] = totals.get(key, 0.0) + sum(v for v in values if math.isfinite(v)) * SCRAPE_INTERVAL_SECONDS
@@ -391,9 +391,9 @@ def _check_pool_open(run: Run, expr: str) -> None:
     sessions = _counts(_rows(run.db.url, "SELECT application_name, count(*) FROM pg_stat_activity GROUP BY 1"))
     shown = run.instant(expr, "job", "instance")
     assert sorted(job for job, _ in shown) == ["jobs-api", "jobs-worker", "jobs-worker"], shown
-    names = {"jobs-api": "jobs-api", "jobs-worker": "jobs-worker"}
-    # The pool's connections, within the process's sessions (LISTEN and the exporter lock are beside it).
-    assert all(1 <= value <= sessions[names[job]] for (job, _), value in shown.items()), (shown, sessions)
+    # The pool's connections, within the sessions of its kind of process (application_name is the job's
+    # name), beside which are LISTEN and the exporter lock's.
+    assert all(1 <= value <= sessions[job] for (job, _), value in shown.items()), (shown, sessions)
 
 
 def _check_pool_waiting(run: Run, expr: str) -> None:
