@@ -21,7 +21,7 @@ def test_a_worker_started_during_a_database_outage_waits_and_then_works(service_
     port = free_port()
     # Nothing listens on `port` yet: every connection the worker tries is refused.
     unreachable = parts._replace(netloc=f"{parts.netloc.rpartition('@')[0]}@127.0.0.1:{port}").geturl()
-    worker = service_stack.start_worker("w1", wait_announced=False, DATABASE_URL=unreachable)
+    worker = service_stack.spawn_worker("w1", DATABASE_URL=unreachable)
     wait_until(
         lambda: worker.popen.poll() is not None or worker.log_text().count("publishing job kinds failed") >= 2,
         timeout=60,
