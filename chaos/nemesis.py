@@ -30,6 +30,7 @@ API_PAUSE_SECONDS = (0.2, 1.5)
 POSTGRES_DOWN_SECONDS = (0.0, 0.5)
 DELAY_PER_CHUNK_SECONDS = (0.05, 0.5)
 DELAY_SECONDS = (0.5, 3.0)
+CANDIDATE_POLL_SECONDS = 0.1
 # Kinds whose faults may be in force several at once.
 OVERLAPPING = frozenset(
     {FaultKind.WORKER_PAUSE, FaultKind.LEASE_PAUSE, FaultKind.API_PAUSE, FaultKind.CONNECTIONS_DELAYED}
@@ -116,10 +117,9 @@ class Nemesis:
         among: list[ServiceProcess],
         seconds: tuple[float, float],
     ) -> bool:
-        candidates = [p for p in among if p.running() and not p.paused]
-        if not candidates:
+        process = await self._unpaused(rng, among)
+        if process is None:
             return False
-        process = rng.choice(candidates)
         duration = rng.uniform(*seconds)
         if not process.pause():
             return False
@@ -130,6 +130,18 @@ class Nemesis:
             process.resume()
         self._record(fault_id, kind, "end", target=process.name)
         return True
+
+    async def _unpaused(self, rng: random.Random, among: list[ServiceProcess]) -> ServiceProcess | None:
+        """A running process not paused already, waiting for one (up to a fault interval) while the others
+        are: a pause that found none free would otherwise be lost to its kind's count."""
+        deadline = time.monotonic() + self._config.fault_interval_seconds
+        while True:
+            candidates = [p for p in among if p.running() and not p.paused]
+            if candidates:
+                return rng.choice(candidates)
+            if time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(CANDIDATE_POLL_SECONDS)
 
     async def _crash_postgres(self, rng: random.Random, fault_id: int) -> bool:
         await asyncio.to_thread(self._cluster.crash_postgres)
