@@ -3,8 +3,9 @@ per test) live in tests/db_fixtures.py, the service processes' in tests/process_
 
 Every test file sits in the folder of its tier, named after what its tests need (tests/README.md):
 unit (nothing), integration (a database), process (the real services as processes), stack (whole-stack
-scenarios). Each test is marked with its tier, and a tier's tests may not use the fixtures of a heavier
-one, so `make test-fast` (unit and integration) never starts a service process."""
+scenarios). Each test is marked with its tier; a unit test may not use a database, and in the integration
+tier `service_stack` runs the services in the test process, so `make test-fast` (unit and integration)
+never starts a service process."""
 
 from __future__ import annotations
 
@@ -12,13 +13,20 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ("tests.db_fixtures", "tests.process_fixtures", "tests.database_roles")
+pytest_plugins = (
+    "tests.db_fixtures",
+    "tests.process_fixtures",
+    "tests.in_process_services",
+    "tests.database_roles",
+)
 
 TESTS_DIR = Path(__file__).resolve().parent
 # Each tier, lightest first, with the fixtures that would make one of its tests need a heavier tier.
+# In tests/integration, `service_stack` is the in-process stack (tests/integration/conftest.py), so
+# only the unit tier has fixtures to refuse.
 TIER_FORBIDDEN_FIXTURES = {
-    "unit": {"test_databases", "service_stack"},
-    "integration": {"service_stack"},
+    "unit": {"test_databases", "service_stack", "in_process_stack"},
+    "integration": set(),
     "process": set(),
     "stack": set(),
 }
