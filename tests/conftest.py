@@ -9,6 +9,7 @@ never starts a service process."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ TIER_FORBIDDEN_FIXTURES = {
     "process": set(),
     "stack": set(),
 }
+TIER_RUN_ORDER = ("stack", "process", "integration", "unit")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -46,3 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             misplaced.append(f"{item.nodeid}: uses {', '.join(sorted(heavier))}, which the {tier} tier may not")
     if misplaced:
         raise pytest.UsageError("tests outside their tier (see tests/README.md):\n  " + "\n  ".join(misplaced))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Heaviest tier first, so that parallel workers do not end on a lone minute-long scenario.
+        # Every worker sorts its collection alike, as pytest-xdist requires.
+        items.sort(key=lambda item: TIER_RUN_ORDER.index(item.path.resolve().relative_to(TESTS_DIR).parts[0]))
