@@ -19,6 +19,8 @@ pytest_plugins = (
     "tests.process_fixtures",
     "tests.in_process_services",
     "tests.database_roles",
+    "tests.prometheus_server",
+    "tests.otlp_receiver",
 )
 
 TESTS_DIR = Path(__file__).resolve().parent
