@@ -14,7 +14,7 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -150,9 +150,11 @@ class InProcessStack(ServiceStack):
         )
         return service
 
-    def start_worker(self, name: str, module: str = "worker_service", **env: str) -> ServiceThread:  # type: ignore[override]  # a thread, read like a process
+    def start_worker(  # type: ignore[override]  # a thread, read like a process
+        self, name: str, module: str = "worker_service", launcher: Sequence[str] = (), **env: str
+    ) -> ServiceThread:
         """Starts a worker replica and waits until it has announced itself, as its process would."""
-        assert module == "worker_service", "another entry point runs only as a process"
+        assert module == "worker_service" and not launcher, "another entry point or a launcher needs a process"
         metrics_port = free_port()
         settings = WorkerSettings.from_env(
             self._settings_env(
