@@ -1,4 +1,4 @@
-"""Schedules over API replicas (in this process) and a real database: one job per fire time however many replicas
+"""Schedules over real API processes and a real database: one job per fire time however many replicas
 fire, pause and resume, trigger now, overlap policies, the catch-up window after downtime."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from jobs.v1 import jobs_pb2
 from shared.rpc_error_details import rpc_error_details
 from tests.process_fixtures import ServiceStack, TenantClient, free_port, wait_until
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 FAST_SCHEDULER = {"JOBS_SCHEDULER_POLL_SECONDS": "0.1"}
 EVERY_SECOND = "* * * * * *"
