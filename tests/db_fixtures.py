@@ -180,15 +180,24 @@ class SyncProbe:
         return {table: self.rows(query) for table, query in SNAPSHOT_QUERIES.items()}
 
 
+# Closed by pytest_sessionfinish, not by the fixture's teardown: that runs within the last test's
+# timeout, and the dropper may still have a backlog to work through.
+_SESSION_DATABASES: list[TestDatabases] = []
+
+
 @pytest.fixture(scope="session")
-def test_databases() -> Iterator[TestDatabases]:
+def test_databases() -> TestDatabases:
     databases = TestDatabases(os.environ.get(ADMIN_URL_ENV, ADMIN_URL_DEFAULT))
-    try:
-        databases.drop_abandoned()
-        databases.build_template()
-        yield databases
-    finally:
-        databases.close()
+    _SESSION_DATABASES.append(databases)
+    databases.drop_abandoned()
+    databases.build_template()
+    return databases
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """After the last test: waits for the dropper, then drops what is left, the template last."""
+    while _SESSION_DATABASES:
+        _SESSION_DATABASES.pop().close()
 
 
 @pytest.fixture
