@@ -173,6 +173,11 @@ def test_kinds_pause_and_limits_go_through_the_admin_use_cases(service_stack: Se
     assert client.post("/limits/set", {**limit, "csrf_token": csrf}).status == 303
     limits = client.get("/limits").body
     assert "kind:echo" in limits and "0.5" in limits
+    for bad in ({"max_running": "nan"}, {"max_running": "2.5"}, {"burst": "1e400", "max_running": "1"}):
+        refused = client.post("/limits/set", {"key": "kind:x", "reason": "r", "csrf_token": csrf, **bad})
+        assert refused.status == 400, bad
+    alone = {"key": "kind:y", "max_running": "2", "rate_per_second": "", "burst": "", "reason": "r"}
+    assert client.post("/limits/set", {**alone, "csrf_token": csrf}).status == 303
     weight = {"tenant": "globex", "weight": "4", "reason": "paying more"}
     assert client.post("/tenants/weight", {**weight, "csrf_token": csrf}).status == 303
     assert '>globex</a></td><td class="num">4<' in client.get("/limits").body
