@@ -59,6 +59,7 @@ RECEIPT_LIST = _receipts.pop("receipt_list")
 METRICS_EXPORTER_LOCK_TRY = _metrics.pop("metrics_exporter_lock_try")
 METRICS_QUEUE_SNAPSHOT = _metrics.pop("metrics_queue_snapshot")
 METRICS_LIMIT_SNAPSHOT = _metrics.pop("metrics_limit_snapshot")
+METRICS_KIND_PAUSES = _metrics.pop("metrics_kind_pauses")
 
 SESSION_SCOPE_TENANT = _session.pop("session_scope_tenant")
 SESSION_SCOPE_TIMEOUT = _session.pop("session_scope_timeout")
