@@ -106,7 +106,8 @@ SCHEDULE_FIRES_PRUNE = _schedules.pop("schedule_fires_prune")
 
 OPERATOR_QUEUE_OVERVIEW = _operator.pop("operator_queue_overview")
 OPERATOR_JOB_GET = _operator.pop("operator_job_get")
-OPERATOR_JOB_RELATIVES = _operator.pop("operator_job_relatives")
+OPERATOR_JOB_DEPENDENCIES = _operator.pop("operator_job_dependencies")
+OPERATOR_JOB_DEPENDENTS_PAGE = _operator.pop("operator_job_dependents_page")
 
 MIGRATION_LOCK = _migrations.pop("migration_lock")
 MIGRATION_UNLOCK = _migrations.pop("migration_unlock")
