@@ -441,6 +441,7 @@ def schedule_to_proto(schedule: Schedule) -> jobs_pb2.Schedule:
             priority=template.priority,
             max_attempts=template.max_attempts,
             labels=template.labels,
+            limit_keys=list(template.limit_keys),
         ),
         cron=schedule.spec.cron,
         time_zone=schedule.spec.time_zone,

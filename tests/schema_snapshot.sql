@@ -1539,6 +1539,7 @@ CREATE TABLE public.schedules (
     created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
     created_by text NOT NULL,
     updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    limit_keys text[] DEFAULT '{}'::text[] NOT NULL,
     CONSTRAINT schedules_catchup_window_seconds_check CHECK ((catchup_window_seconds > 0)),
     CONSTRAINT schedules_overlap_policy_check CHECK ((overlap_policy = ANY (ARRAY['skip'::text, 'buffer_one'::text, 'allow'::text]))),
     CONSTRAINT schedules_schedule_id_check CHECK (((length(schedule_id) >= 1) AND (length(schedule_id) <= 128)))

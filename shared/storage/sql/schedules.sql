@@ -3,9 +3,9 @@
 -- name: schedule_insert
 -- Stores a new schedule; returns nothing when the tenant already has one with this id.
 INSERT INTO schedules (tenant, schedule_id, cron, time_zone, overlap_policy, catchup_window_seconds, kind,
-                       payload, priority, max_attempts, labels, paused, note, next_fire_at, created_by)
+                       payload, priority, max_attempts, labels, limit_keys, paused, note, next_fire_at, created_by)
 VALUES (%(tenant)s, %(schedule_id)s, %(cron)s, %(time_zone)s, %(overlap_policy)s, %(catchup_window_seconds)s,
-        %(kind)s, %(payload)s, %(priority)s, %(max_attempts)s, %(labels)s, %(paused)s, %(note)s,
+        %(kind)s, %(payload)s, %(priority)s, %(max_attempts)s, %(labels)s, %(limit_keys)s, %(paused)s, %(note)s,
         %(next_fire_at)s, %(created_by)s)
 ON CONFLICT (tenant, schedule_id) DO NOTHING
 RETURNING *;
