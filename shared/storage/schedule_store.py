@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -112,9 +113,12 @@ async def delete(conn: Connection, tenant: TenantId, schedule_id: str) -> bool:
     return await cur.fetchone() is not None
 
 
-async def claim_due(conn: Connection, limit: int = CLAIM_BATCH_SIZE_DEFAULT) -> list[tuple[Schedule, datetime]]:
-    """Due schedules of every tenant, locked until commit, each with the database clock at the claim."""
-    cur = await conn.execute(queries.SCHEDULE_CLAIM_DUE, {"limit": limit})
+async def claim_due(
+    conn: Connection, limit: int = CLAIM_BATCH_SIZE_DEFAULT, *, deferred_tenants: Collection[TenantId] = ()
+) -> list[tuple[Schedule, datetime]]:
+    """Due schedules, locked until commit, each with the database clock at the claim: taken in turns
+    across tenants (weighted), leaving out `deferred_tenants`."""
+    cur = await conn.execute(queries.SCHEDULE_CLAIM_DUE, {"limit": limit, "deferred_tenants": list(deferred_tenants)})
     return [(schedule_from_row(row), row["claimed_at"]) for row in await cur.fetchall()]
 
 

@@ -38,13 +38,23 @@ RETURNING *;
 DELETE FROM schedules WHERE tenant = %(tenant)s AND schedule_id = %(schedule_id)s RETURNING schedule_id;
 
 -- name: schedule_claim_due
--- Locks due schedules of every tenant that no other replica holds, with the database's clock.
+-- Locks due schedules that no other replica holds, fair across tenants as the claim is: in turns of each tenant's oldest due (a tenant's weight its share of a turn), so one tenant's backlog of due or refused fires never keeps another's waiting; tenants this replica just saw refused are left out.
 SELECT s.*, clock_timestamp() AS claimed_at
-FROM schedules AS s
+FROM (
+    SELECT d.schedule_uid,
+           row_number() OVER (PARTITION BY d.tenant ORDER BY d.next_fire_at, d.schedule_uid)::float8
+               / coalesce(w.weight, 1) AS turn,
+           d.next_fire_at
+    FROM schedules AS d
+    LEFT JOIN tenant_weights AS w ON w.tenant = d.tenant
+    WHERE NOT d.paused AND (d.next_fire_at <= clock_timestamp() OR d.buffered_fire_at IS NOT NULL)
+      AND d.tenant <> ALL (%(deferred_tenants)s::text[])
+) AS due
+JOIN schedules AS s ON s.schedule_uid = due.schedule_uid
 WHERE NOT s.paused AND (s.next_fire_at <= clock_timestamp() OR s.buffered_fire_at IS NOT NULL)
-ORDER BY s.next_fire_at
+ORDER BY due.turn, due.next_fire_at, s.schedule_uid
 LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED;
+FOR UPDATE OF s SKIP LOCKED;
 
 -- name: schedule_clock
 -- The database's clock, which every fire time is compared with.
