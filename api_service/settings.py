@@ -11,7 +11,7 @@ from api_service.queue_gauges import FAILED_WINDOW_SECONDS_DEFAULT, REFRESH_SECO
 from api_service.result_cache import ResultCacheLimits
 from api_service.transport_security import ServerTlsFiles
 from api_service.usecases.admission import TenantLimits
-from api_service.usecases.job_watch import STREAMS_MAX_DEFAULT
+from api_service.usecases.job_watch import STREAMS_MAX_DEFAULT, STREAMS_PER_TENANT_MAX_DEFAULT
 from api_service.usecases.kind_catalog import MAX_STALENESS_SECONDS_DEFAULT as KIND_CACHE_SECONDS_DEFAULT
 from api_service.usecases.schedule_runner import FIRES_KEPT_SECONDS_DEFAULT
 from api_service.usecases.schedule_runner import POLL_SECONDS_DEFAULT as SCHEDULER_POLL_SECONDS_DEFAULT
@@ -72,6 +72,7 @@ class ApiSettings:
     # up API pods added by a scale-up; 0 keeps connections for ever.
     max_connection_age_seconds: float
     max_watch_streams: int
+    max_watch_streams_per_tenant: int
     tenant_limits: TenantLimits
     # The scheduler loop that fires schedules (every replica runs one unless turned off), and how often
     # it looks for due fires when none were due.
@@ -137,6 +138,9 @@ class ApiSettings:
                 env, "JOBS_MAX_CONNECTION_AGE_SECONDS", MAX_CONNECTION_AGE_SECONDS_DEFAULT
             ),
             max_watch_streams=env_int(env, "JOBS_MAX_WATCH_STREAMS", STREAMS_MAX_DEFAULT, minimum=0),
+            max_watch_streams_per_tenant=env_int(
+                env, "JOBS_MAX_WATCH_STREAMS_PER_TENANT", STREAMS_PER_TENANT_MAX_DEFAULT, minimum=0
+            ),
             tenant_limits=_tenant_limits(env),
             scheduler_enabled=env_str(env, "JOBS_SCHEDULER_ENABLED", "true").lower() not in ("0", "false", "no"),
             scheduler_poll_seconds=env_float(
