@@ -130,6 +130,8 @@ DELIVERY_SET_GET_HIGHEST = _delivery_sets.pop("delivery_set_get_highest")
 DELIVERY_SET_INSERT = _delivery_sets.pop("delivery_set_insert")
 DELIVERY_SET_MEMBERS_INSERT = _delivery_sets.pop("delivery_set_members_insert")
 DELIVERY_SET_MEMBERS_READ = _delivery_sets.pop("delivery_set_members_read")
+DELIVERY_SET_GET_BY_ID = _delivery_sets.pop("delivery_set_get_by_id")
+DELIVERY_SET_RESULTS_READ = _delivery_sets.pop("delivery_set_results_read")
 
 _unused = sorted(
     name
