@@ -16,9 +16,8 @@ from shared.domain.admin import BURST_RANGE, MAX_RUNNING_MAX, RATE_PER_SECOND_RA
 from shared.domain.errors import InvalidArgument
 from shared.domain.ids import TenantId
 from shared.domain.jobs import JobState
-from shared.storage import queries
 from shared.storage.database import Database, PoolSettings
-from shared.storage.migrator import available_migrations, migrate
+from shared.storage.migrator import available_migrations, available_routine_files, migrate
 from shared.storage.queue_stats import ExporterSession
 from tests import factories
 from tests.database_roles import ServiceLogins
@@ -124,14 +123,10 @@ async def _pending_job(sync_db, tenant: TenantId):
 def test_a_stored_limit_out_of_bounds_is_brought_within_them_and_claims_go_on(empty_database_url: str) -> None:
     """A row written before the bounds existed (1e308 made every claim fail once its key idled two
     seconds) is clamped by the migration, the change recorded, and the table refuses such a row after."""
-    earlier = [m for m in available_migrations() if m.name != BOUNDS_MIGRATION]
     bounds = next(m for m in available_migrations() if m.name == BOUNDS_MIGRATION)
+    earlier = [m for m in available_migrations() if m.version < bounds.version]
+    migrate(empty_database_url, migrations=earlier, routine_files=available_routine_files(earlier))
     with psycopg.connect(empty_database_url, autocommit=True) as conn:
-        conn.execute(queries.MIGRATION_TABLE_CREATE)
-        for migration in (m for m in earlier if m.version < bounds.version):
-            with conn.transaction():
-                conn.execute(migration.sql)
-                conn.execute(queries.MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
         conn.execute(
             "INSERT INTO job_limits (key, max_running, rate_per_second, burst, updated_by) VALUES"
             " ('tenant:acme', 0, 1e308, 1000, 'old'), ('provider:x', 2147483647, 5e-324, 2147483647, 'old'),"
