@@ -3,7 +3,7 @@ again: stop, and keep the reason) or TRANSIENT (the same request may succeed lat
 again, with the same idempotency key).
 
 One table, by gRPC status code and, where the code alone does not decide, the ErrorInfo reason (domain
-`jobs.v1`). docs/GUARANTEES.md shows it (tests/test_refusals.py holds the two, and every reason the
+`jobs.v1`). docs/GUARANTEES.md shows it (tests/unit/test_refusals.py holds the two, and every reason the
 service raises, together). It needs grpc and the google.rpc messages only, so any client of the API (the
 outbox relay, an SDK) can use it.
 """

@@ -19,7 +19,7 @@ from shared.domain import errors
 
 pytestmark = pytest.mark.timeout(30)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 GUARANTEES = REPO / "docs" / "GUARANTEES.md"
 _ROW = re.compile(r"^\| `([A-Z_]+)` \| (`([A-Z_]+)`|any other|any) \| (permanent|transient) \| (.+) \|$")
 # Reasons given where a refusal is raised, beside those of the error classes.

@@ -5,7 +5,7 @@ The schema snapshot (tests/schema_snapshot.sql) is `pg_dump --schema-only --no-o
 migrated database, normalised. After adding a migration or changing a routine, refresh it and review
 the diff:
 
-    JOBS_UPDATE_SCHEMA_SNAPSHOT=1 .venv/bin/pytest tests/test_migrations.py -k snapshot
+    JOBS_UPDATE_SCHEMA_SNAPSHOT=1 .venv/bin/pytest tests/integration/test_migrations.py -k snapshot
 
 Every migration's checksum is recorded in tests/landed_migrations.sha256 (add a new one's line with
 `cd shared/storage/migrations && sha256sum NNNN_name.sql`); once it has landed on the main branch, the
@@ -45,14 +45,15 @@ from tests.db_fixtures import _HOST_TAG
 
 pytestmark = pytest.mark.timeout(30)
 
-SNAPSHOT_PATH = Path(__file__).with_name("schema_snapshot.sql")
-LANDED_CHECKSUMS_PATH = Path(__file__).with_name("landed_migrations.sha256")
-MIGRATIONS_FOLDER = Path(__file__).parents[1] / "shared" / "storage" / "migrations"
+TESTS_DIR = Path(__file__).resolve().parents[1]
+SNAPSHOT_PATH = TESTS_DIR / "schema_snapshot.sql"
+LANDED_CHECKSUMS_PATH = TESTS_DIR / "landed_migrations.sha256"
+MIGRATIONS_FOLDER = TESTS_DIR.parent / "shared" / "storage" / "migrations"
 UPDATE_SNAPSHOT_ENV = "JOBS_UPDATE_SCHEMA_SNAPSHOT"
 PG_DUMP_ENV = "JOBS_TEST_PG_DUMP"
 SNAPSHOT_HEADER = (
-    "-- The migrated schema, normalised. Written by tests/test_migrations.py; refresh it with\n"
-    f"-- {UPDATE_SNAPSHOT_ENV}=1 .venv/bin/pytest tests/test_migrations.py -k snapshot\n"
+    "-- The migrated schema, normalised. Written by tests/integration/test_migrations.py; refresh it with\n"
+    f"-- {UPDATE_SNAPSHOT_ENV}=1 .venv/bin/pytest tests/integration/test_migrations.py -k snapshot\n"
 )
 CONCURRENT_MIGRATORS = 4
 # Lines of a dump that vary between runs or servers without saying anything about the schema:
