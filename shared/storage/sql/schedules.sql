@@ -38,17 +38,21 @@ RETURNING *;
 DELETE FROM schedules WHERE tenant = %(tenant)s AND schedule_id = %(schedule_id)s RETURNING schedule_id;
 
 -- name: schedule_claim_due
--- Locks due schedules that no other replica holds, fair across tenants as the claim is: in turns of each tenant's oldest due (a tenant's weight its share of a turn), so one tenant's backlog of due or refused fires never keeps another's waiting; tenants this replica just saw refused are left out.
+-- Locks due schedules that no other replica holds, fair across tenants as the claim is: among the oldest due (a window of them), in turns of each tenant's oldest (a tenant's weight its share of a turn), so one tenant's backlog of due fires never keeps another's waiting; tenants this replica just saw refused are left out.
 SELECT s.*, clock_timestamp() AS claimed_at
 FROM (
-    SELECT d.schedule_uid,
-           row_number() OVER (PARTITION BY d.tenant ORDER BY d.next_fire_at, d.schedule_uid)::float8
-               / coalesce(w.weight, 1) AS turn,
-           d.next_fire_at
-    FROM schedules AS d
-    LEFT JOIN tenant_weights AS w ON w.tenant = d.tenant
-    WHERE NOT d.paused AND (d.next_fire_at <= clock_timestamp() OR d.buffered_fire_at IS NOT NULL)
-      AND d.tenant <> ALL (%(deferred_tenants)s::text[])
+    SELECT c.schedule_uid, c.next_fire_at,
+           row_number() OVER (PARTITION BY c.tenant ORDER BY c.next_fire_at, c.schedule_uid)::float8
+               / coalesce(w.weight, 1) AS turn
+    FROM (
+        SELECT d.schedule_uid, d.tenant, d.next_fire_at
+        FROM schedules AS d
+        WHERE NOT d.paused AND (d.next_fire_at <= clock_timestamp() OR d.buffered_fire_at IS NOT NULL)
+          AND d.tenant <> ALL (%(deferred_tenants)s::text[])
+        ORDER BY d.next_fire_at
+        LIMIT %(window)s
+    ) AS c
+    LEFT JOIN tenant_weights AS w ON w.tenant = c.tenant
 ) AS due
 JOIN schedules AS s ON s.schedule_uid = due.schedule_uid
 WHERE NOT s.paused AND (s.next_fire_at <= clock_timestamp() OR s.buffered_fire_at IS NOT NULL)
