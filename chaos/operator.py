@@ -37,8 +37,7 @@ class Operator:
 
     async def set_limits(self, limits: Mapping[str, int]) -> None:
         for key, max_running in limits.items():
-            # burst 1 said outright: an unset burst is refused today (issue #32, item 11).
-            request = admin_pb2.SetLimitRequest(key=key, max_running=max_running, burst=1, reason="chaos run")
+            request = admin_pb2.SetLimitRequest(key=key, max_running=max_running, reason="chaos run")
 
             async def send(request: admin_pb2.SetLimitRequest = request) -> Answer:
                 return await self.caller.call(

@@ -51,6 +51,7 @@ runpy.run_module("worker_service", run_name="__main__", alter_sys=True)
 """
 
 
+@pytest.mark.timeout(900)
 def test_a_short_chaos_run_finds_no_violation(tmp_path: Path) -> None:
     """`make chaos` for a minute with a fixed seed, through its entry point: the last line is the verdict."""
     env = {
