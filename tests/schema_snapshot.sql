@@ -210,13 +210,13 @@ BEGIN
     SELECT jk.limit_keys INTO declared
     FROM job_kinds AS jk
     WHERE jk.kind = only_kind AND jk.limit_keys <> '{}';
-    kind_keys := ARRAY['kind:' || only_kind] || coalesce(declared, '{}');
+    kind_keys := ARRAY[jobs_kind_key(only_kind)] || coalesce(declared, '{}');
     SELECT array_agg(l.key ORDER BY hashtext(l.key), l.key) FILTER (WHERE l.key = ANY (c.keys)),
            coalesce(bool_or(NOT l.key = ANY (c.keys)), false),
            coalesce(bool_or(l.key = ANY (c.keys) AND NOT l.key = ANY (kind_keys) AND l.rate_per_second > 0), false)
     INTO limited, other_limits, tenants_rated
     FROM job_limits AS l
-    CROSS JOIN (SELECT kind_keys || ARRAY(SELECT 'tenant:' || q.tenant FROM unnest(queue_tenants) AS q(tenant))
+    CROSS JOIN (SELECT kind_keys || ARRAY(SELECT jobs_tenant_key(q.tenant) FROM unnest(queue_tenants) AS q(tenant))
                     AS keys) AS c
     WHERE l.max_running > 0 OR l.rate_per_second > 0;
     IF limited IS NOT NULL AND current_setting('transaction_isolation') <> 'read committed' THEN
@@ -227,7 +227,7 @@ BEGIN
     -- Looked up tenant by tenant, an index probe each: grouping the tallies built a hash table per claim.
     SELECT array_agg(CASE WHEN cardinality(live) > 1
                           THEN coalesce((SELECT sum(t.running) FROM job_running_tallies AS t
-                                         WHERE t.key = 'tenant:' || u.tenant), 0)
+                                         WHERE t.key = jobs_tenant_key(u.tenant)), 0)
                           ELSE 0 END::bigint ORDER BY u.ord),
            array_agg(coalesce((SELECT w.weight FROM tenant_weights AS w WHERE w.tenant = u.tenant), 1) ORDER BY u.ord)
     INTO running, weights
@@ -329,7 +329,7 @@ BEGIN
             -- once: each reference to it would otherwise repeat its subqueries.
             at := clock_timestamp();
             SELECT min(r.part) FILTER (WHERE r.key = ANY (kind_keys)),
-                   coalesce(jsonb_object_agg(substr(r.key, 8), r.part) FILTER (WHERE NOT r.key = ANY (kind_keys)), '{}'),
+                   coalesce(jsonb_object_agg(jobs_key_tenant(r.key), r.part) FILTER (WHERE NOT r.key = ANY (kind_keys)), '{}'),
                    coalesce(bool_or(r.rated AND r.key = ANY (shared_keys)), false),
                    set_config('jobs.claim_rooms',
                               jsonb_build_object('at', extract(epoch FROM at),
@@ -463,14 +463,14 @@ BEGIN
             SELECT l.key, pg_backend_pid(), x.n
             FROM job_limits AS l
             CROSS JOIN LATERAL (SELECT CASE WHEN l.key = ANY (kind_keys) THEN claimed
-                                            ELSE coalesce((claimed_by_tenant ->> substr(l.key, 8))::integer, 0) END AS n) AS x
+                                            ELSE coalesce((claimed_by_tenant ->> jobs_key_tenant(l.key))::integer, 0) END AS n) AS x
             WHERE l.key = ANY (shared_keys) AND l.rate_per_second > 0 AND x.n > 0
             ON CONFLICT (key, holder) DO UPDATE SET taken = c.taken + EXCLUDED.taken;
         END IF;
         IF cardinality(shared_keys) < cardinality(limited) THEN
             SELECT jsonb_object_agg(k.key, CASE WHEN k.key = ANY (kind_keys)
                                                 THEN claimed
-                                                ELSE coalesce((claimed_by_tenant ->> substr(k.key, 8))::integer, 0) END)
+                                                ELSE coalesce((claimed_by_tenant ->> jobs_key_tenant(k.key))::integer, 0) END)
             INTO charged_of
             FROM unnest(limited) AS k(key);
             -- Tried only for a key with no state yet: an insert meeting a row another claim is charging
@@ -541,8 +541,8 @@ BEGIN
         FROM job_kinds AS jk
         WHERE jk.limit_keys <> '{}' AND jk.kind IN (SELECT cd.kind FROM cand AS cd)
     ), carried AS (
-        SELECT 'kind:' || cd.kind AS key FROM cand AS cd
-        UNION SELECT 'tenant:' || cd.tenant FROM cand AS cd
+        SELECT jobs_kind_key(cd.kind) AS key FROM cand AS cd
+        UNION SELECT jobs_tenant_key(cd.tenant) FROM cand AS cd
         UNION SELECT unnest(cd.limit_keys) FROM cand AS cd
         UNION SELECT unnest(d.limit_keys) FROM declared AS d
     )
@@ -739,7 +739,7 @@ BEGIN
             LEFT JOIN job_kinds AS jk ON jk.kind = k.kind
             CROSS JOIN blocked AS b
             WHERE NOT EXISTS (SELECT 1 FROM kind_pauses AS p WHERE p.kind = k.kind)
-              AND NOT coalesce(('kind:' || k.kind) = ANY (b.keys) OR jk.limit_keys && b.keys, false)
+              AND NOT coalesce(jobs_kind_key(k.kind) = ANY (b.keys) OR jk.limit_keys && b.keys, false)
         ), tenants AS (
             -- Per open kind, each tenant with runnable rows: one index descent per tenant, however long its queue.
             SELECT o.kind, (SELECT j.tenant FROM jobs AS j
@@ -772,7 +772,7 @@ BEGIN
                 ORDER BY j.priority DESC, j.run_after, j.job_id
                 LIMIT claim_limit - claimed
             ) AS c
-            WHERE t.tenant IS NOT NULL AND NOT coalesce(('tenant:' || t.tenant) = ANY (b.keys), false)
+            WHERE t.tenant IS NOT NULL AND NOT coalesce(jobs_tenant_key(t.tenant) = ANY (b.keys), false)
         ), tenant_running AS (
             -- Each candidate tenant's running jobs, the first term of its share; counted only when candidates
             -- come from more than one tenant, since one tenant's candidates keep their order whatever it runs.
@@ -869,7 +869,7 @@ CREATE FUNCTION public.jobs_delete_finished(job_ids uuid[], retention_seconds do
 
 CREATE FUNCTION public.jobs_effective_keys(tenant text, kind text, kind_keys text[], own_keys text[]) RETURNS text[]
     LANGUAGE sql IMMUTABLE
-    AS $$ SELECT ARRAY['kind:' || kind, 'tenant:' || tenant] || coalesce(kind_keys, '{}') || own_keys $$;
+    AS $$ SELECT ARRAY[jobs_kind_key(kind), jobs_tenant_key(tenant)] || coalesce(kind_keys, '{}') || own_keys $$;
 
 CREATE FUNCTION public.jobs_fold_key_charges(of_key text) RETURNS bigint
     LANGUAGE plpgsql
@@ -910,6 +910,10 @@ CREATE FUNCTION public.jobs_hold_key(hold_key text, hold_until timestamp with ti
         RETURNING held_until
     $$;
 
+CREATE FUNCTION public.jobs_key_tenant(key text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT CASE WHEN starts_with(key, 'tenant:') THEN split_part(substr(key, 8), '/', 1) END $$;
+
 CREATE FUNCTION public.jobs_key_tokens(of_key text, rate double precision, burst integer, tokens double precision, refilled_at timestamp with time zone, at timestamp with time zone) RETURNS double precision
     LANGUAGE plpgsql STABLE
     SET search_path TO 'public', 'pg_temp'
@@ -919,6 +923,10 @@ BEGIN
            - coalesce((SELECT sum(c.taken) FROM job_key_charges AS c WHERE c.key = of_key), 0);
 END
 $$;
+
+CREATE FUNCTION public.jobs_kind_key(kind text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT 'kind:' || kind $$;
 
 CREATE FUNCTION public.jobs_new_job_id() RETURNS uuid
     LANGUAGE sql
@@ -968,6 +976,10 @@ BEGIN
     PERFORM pg_notify('jobs_stop', NEW.job_id::text);
     RETURN NULL;
 END $$;
+
+CREATE FUNCTION public.jobs_own_key(tenant text, name text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT 'tenant:' || tenant || '/' || name $$;
 
 CREATE FUNCTION public.jobs_record_event() RETURNS trigger
     LANGUAGE plpgsql
@@ -1060,7 +1072,7 @@ CREATE FUNCTION public.jobs_retry_backoff_ceiling(attempt integer, base_seconds 
 
 CREATE FUNCTION public.jobs_running_tally_keys(kind text, tenant text, running_keys text[]) RETURNS text[]
     LANGUAGE sql IMMUTABLE
-    AS $$ SELECT ARRAY['kind:' || kind, 'tenant:' || tenant] || coalesce(running_keys[3:], '{}') $$;
+    AS $$ SELECT ARRAY[jobs_kind_key(kind), jobs_tenant_key(tenant)] || coalesce(running_keys[3:], '{}') $$;
 
 CREATE FUNCTION public.jobs_running_under(keys text[]) RETURNS jsonb
     LANGUAGE plpgsql STABLE
@@ -1146,6 +1158,10 @@ BEGIN
     RETURN NULL;
 END $$;
 
+CREATE FUNCTION public.jobs_tenant_key(tenant text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT 'tenant:' || tenant $$;
+
 CREATE FUNCTION public.jobs_tenant_visible(row_tenant text) RETURNS boolean
     LANGUAGE sql STABLE
     AS $$ SELECT row_tenant = coalesce(nullif(current_setting('jobs.tenant', true), ''), row_tenant) $$;
@@ -1216,7 +1232,7 @@ CREATE FUNCTION public.jobs_waiting_reason(for_job uuid) RETURNS TABLE(reason te
             WHERE j.state = 'running' AND rk IN (SELECT key FROM carried)
             GROUP BY rk
         ), reasons AS (
-            SELECT 0 AS ord, 'kind_paused' AS reason, 'kind:' || job.kind AS key
+            SELECT 0 AS ord, 'kind_paused' AS reason, jobs_kind_key(job.kind) AS key
             FROM job WHERE EXISTS (SELECT 1 FROM kind_pauses AS p WHERE p.kind = job.kind)
             UNION ALL
             SELECT c.ord, CASE

@@ -13,6 +13,7 @@ import jinja2
 from aiohttp import web
 
 from shared.domain.jobs import JobState
+from shared.domain.limit_keys import kind_key
 from shared.domain.operator_views import Preview, QueueLine
 
 CHART_SAMPLES_MAX = 90
@@ -32,7 +33,13 @@ def template_environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        when=when, ago=ago, seconds=seconds_text, preview=preview_text, count=count_text, short_id=short_job_id
+        when=when,
+        ago=ago,
+        seconds=seconds_text,
+        preview=preview_text,
+        count=count_text,
+        short_id=short_job_id,
+        kind_key=kind_key,
     )
     env.globals.update(state_names=[s.value for s in JobState])
     return env
