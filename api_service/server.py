@@ -17,7 +17,7 @@ from api_service.health_monitor import HealthMonitor
 from api_service.interceptors import ServiceInterceptor
 from api_service.job_change_hub import JobChangeHub
 from api_service.job_servicer import JobServicer
-from api_service.metrics import ApiMetrics
+from api_service.metrics import ApiMetrics, keep_arrival_series
 from api_service.principals import PrincipalsFile
 from api_service.queue_gauges import QueueGaugeRefresher
 from api_service.result_cache import ResultCache
@@ -127,7 +127,13 @@ async def serve(settings: ApiSettings) -> None:
             submissions,
             queries,
             JobLifecycle(db),
-            JobWatch(db, hub, watch_recheck_seconds, max_streams=settings.max_watch_streams),
+            JobWatch(
+                db,
+                hub,
+                watch_recheck_seconds,
+                max_streams=settings.max_watch_streams,
+                max_streams_per_tenant=settings.max_watch_streams_per_tenant,
+            ),
             admission,
             deletions=ResourceDeletions(db),
             delivery_sets=DeliverySets(db, submissions),
@@ -136,7 +142,15 @@ async def serve(settings: ApiSettings) -> None:
         server,
     )
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(
-        WorkerServicer(WorkerReports(db, metrics.reports, lease_max_seconds=settings.lease_max_seconds)), server
+        WorkerServicer(
+            WorkerReports(
+                db,
+                metrics.reports,
+                lease_max_seconds=settings.lease_max_seconds,
+                max_result_bytes=settings.max_result_bytes,
+            )
+        ),
+        server,
     )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(AdminConfig(db), AdminJobs(db, queries)), server)
     health_servicer = health.aio.HealthServicer()
@@ -162,6 +176,16 @@ async def serve(settings: ApiSettings) -> None:
         host, metrics_port = split_host_port(settings.metrics_listen)
         start_http_server(metrics_port, addr=host, registry=metrics.registry)
         background.append(asyncio.create_task(_queue_gauge_refresher(settings, metrics).run()))
+        background.append(
+            asyncio.create_task(
+                keep_arrival_series(
+                    metrics.submissions,
+                    lambda: principals.current().tenants(),
+                    kinds.known,
+                    settings.metrics_refresh_seconds,
+                )
+            )
+        )
     await server.start()
     if probes:
         await probes.start()

@@ -1,5 +1,5 @@
 -- The claim: which runnable jobs a worker takes, fairly across tenants and within the limits on their keys.
--- after: 0034_parked_jobs
+-- after: 0036_parked_jobs
 --
 -- jobs_claim runs these stages, each a routine that takes the claim's state (jobs_claim_state) and gives
 -- it back; docs/SCHEDULING.md says why the order is what it is.
