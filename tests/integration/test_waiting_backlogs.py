@@ -126,7 +126,7 @@ async def test_parked_jobs_come_back_one_at_a_time_in_their_queues_order(db, syn
     assert await factories.claim(db, limit=10) == []
     assert sync_db.one("SELECT count(*) AS n FROM jobs WHERE parked_on = %s", (DOC,))["n"] > 0
     async with db.transaction() as conn:
-        why = await scheduling_store.waiting_reason(conn, A, order[-1])
+        why = await scheduling_store.waiting_reason(conn, A, JobId(order[-1]))
     assert why == WaitingReason("limit_running", DOC)
 
     started = []
