@@ -26,11 +26,13 @@ help: ## List the targets
 	@echo
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-venv: $(VENV_STAMP) ## Create .venv and install the project with its dev tools (again when pyproject.toml changes)
+venv: $(VENV_STAMP) ## Create .venv and install the project, its SDK and its dev tools (again when a pyproject.toml changes)
 
-$(VENV_STAMP): pyproject.toml
+# The SDK (sdk/python) is installed in the same command, so that pip takes the service's dependency on it
+# from the checkout.
+$(VENV_STAMP): pyproject.toml sdk/python/pyproject.toml
 	@test -x $(VENV_PYTHON) || $(PYTHON) -m venv $(VENV)
-	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -e ./sdk/python -e '.[dev]'
 	@touch $@
 
 node-deps: $(NODE_STAMP) ## Install buf and the Node client test's gRPC libraries from package-lock.json (npm ci)

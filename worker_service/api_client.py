@@ -13,6 +13,7 @@ from typing import TypeVar
 import grpc
 from google.protobuf.message import Message
 
+from durable_jobs.handlers import CheckpointRefused
 from jobs.v1 import worker_pb2, worker_pb2_grpc
 from shared.domain.checkpoints import Checkpoint, ProgressReport
 from shared.domain.ids import JobId
@@ -25,7 +26,6 @@ from shared.domain.jobs import (
     ReleaseReport,
     ReportOutcome,
 )
-from shared.handlers.api import CheckpointRefused
 from shared.rpc_error_details import rpc_error_details
 from worker_service import convert
 from worker_service.transport_security import ClientTlsFiles

@@ -15,12 +15,7 @@ from dataclasses import dataclass
 from multiprocessing.synchronize import Event as ProcessEvent
 from typing import Any
 
-from shared.domain.checkpoints import Checkpoint
-from shared.domain.errors import LeaseLost
-from shared.domain.ids import JobId
-from shared.domain.jobs import ErrorCategory
-from shared.domain.kinds import Executor
-from shared.handlers.api import (
+from durable_jobs.handlers import (
     HandlerError,
     HandlerSpec,
     JobContext,
@@ -30,6 +25,11 @@ from shared.handlers.api import (
     RetryableError,
     StopSignal,
 )
+from shared.domain.checkpoints import Checkpoint
+from shared.domain.errors import LeaseLost
+from shared.domain.ids import JobId
+from shared.domain.jobs import ErrorCategory
+from shared.domain.kinds import Executor
 
 # A process handler still running this long after its stop was requested is terminated.
 PROCESS_STOP_GRACE_SECONDS_DEFAULT = 2.0

@@ -14,6 +14,15 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from durable_jobs.handlers import (
+    HandlerError,
+    HandlerRegistry,
+    HandlerSpec,
+    JobContext,
+    PermanentError,
+    PushedBack,
+    RetryableError,
+)
 from shared.domain.errors import JobsError, LeaseLost
 from shared.domain.jobs import (
     ClaimedJob,
@@ -26,15 +35,6 @@ from shared.domain.jobs import (
     LeaseStatus,
     ReportOutcome,
     RetryHint,
-)
-from shared.handlers.api import (
-    HandlerError,
-    HandlerRegistry,
-    HandlerSpec,
-    JobContext,
-    PermanentError,
-    PushedBack,
-    RetryableError,
 )
 from shared.storage import checkpoint_store, lease_store
 from shared.storage.database import Database
