@@ -109,8 +109,8 @@ class LosingProxy:
     forwarded: int = 0
 
     def submit(self, request: bytes, context: grpc.ServicerContext) -> bytes:
-        metadata = tuple((m.key, m.value) for m in context.invocation_metadata() if m.key == "authorization")
-        call = self.upstream.unary_unary(SUBMIT_METHOD)
+        metadata = tuple((key, value) for key, value in context.invocation_metadata() if key == "authorization")
+        call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self.upstream.unary_unary(SUBMIT_METHOD)
         answer: bytes = call(request, metadata=metadata, timeout=10)
         self.forwarded += 1
         if self.forwarded <= self.lose:
@@ -123,7 +123,7 @@ def losing_proxy(running: ServiceStack) -> Iterator[tuple[str, LosingProxy]]:
     upstream = grpc.insecure_channel(running.api_target)
     proxy = LosingProxy(upstream, lose=2)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    handler = grpc.unary_unary_rpc_method_handler(proxy.submit)  # bytes in, bytes out
+    handler: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(proxy.submit)  # raw bytes
     service = grpc.method_handlers_generic_handler("jobs.v1.JobService", {"SubmitJob": handler})
     server.add_generic_rpc_handlers([service])
     port = free_port()
