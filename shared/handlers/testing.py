@@ -3,17 +3,21 @@
 from durable_jobs.testing import (
     MemoryCheckpointBook,
     MemoryDependencyResults,
+    MemoryLog,
     MemoryProgress,
     MemoryReceiptBook,
     context_for,
     run_handler,
+    run_handler_async,
 )
 
 __all__ = [
     "MemoryCheckpointBook",
     "MemoryDependencyResults",
+    "MemoryLog",
     "MemoryProgress",
     "MemoryReceiptBook",
     "context_for",
     "run_handler",
+    "run_handler_async",
 ]

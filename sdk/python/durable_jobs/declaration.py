@@ -21,36 +21,80 @@ import inspect
 import json
 import types
 import typing
+import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from durable_jobs.handlers import HandlerRegistry, JobContext, PermanentError
+from durable_jobs.handlers import Handler, HandlerRegistry, JobContext, PermanentError
+from durable_jobs.kinds import (
+    BACKOFF_BASE_SECONDS_DEFAULT,
+    BACKOFF_CAP_SECONDS_DEFAULT,
+    MAX_ATTEMPTS_DEFAULT,
+    Executor,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+# The kinds each declared function was declared as, and what runs for each (the typed wrapper when a
+# payload type was given): how the test helper runs a declared function as the worker would.
+_DECLARED: weakref.WeakKeyDictionary[Callable[..., Any], dict[str, Handler]] = weakref.WeakKeyDictionary()
 
 
 class JobKinds:
     """A set of job kinds declared where their handlers are written; registered as a whole."""
 
     def __init__(self) -> None:
-        self._declared: list[tuple[str, dict[str, Any], Any]] = []
+        self._declared: list[tuple[str, dict[str, Any], Handler]] = []
 
-    def kind(self, kind: str, *, payload: type | None = None, **policy: Any) -> Callable[[Any], Any]:
-        """Declares `kind`; `policy` takes the keyword arguments of HandlerRegistry.register."""
+    def kind(
+        self,
+        kind: str,
+        *,
+        payload: type | None = None,
+        max_attempts: int = MAX_ATTEMPTS_DEFAULT,
+        timeout_seconds: float | None = None,
+        external_side_effects: bool = False,
+        backoff_base_seconds: float = BACKOFF_BASE_SECONDS_DEFAULT,
+        backoff_cap_seconds: float = BACKOFF_CAP_SECONDS_DEFAULT,
+        executor: Executor | str | None = None,
+        limit_keys: tuple[str, ...] | list[str] = (),
+    ) -> Callable[[F], F]:
+        """Declares `kind` with the decorated handler; the policy keywords are HandlerRegistry.register's.
+        With `payload=` (a dataclass), the handler is `handler(ctx, payload)` and gets the decoded
+        payload. The handler is returned unchanged, so it can still be called (and tested) directly."""
+        policy: dict[str, Any] = {
+            "max_attempts": max_attempts,
+            "timeout_seconds": timeout_seconds,
+            "external_side_effects": external_side_effects,
+            "backoff_base_seconds": backoff_base_seconds,
+            "backoff_cap_seconds": backoff_cap_seconds,
+            "executor": executor,
+            "limit_keys": limit_keys,
+        }
 
-        def declare(handler: Any) -> Any:
+        def declare(handler: F) -> F:
             if payload is not None and not dataclasses.is_dataclass(payload):
                 raise TypeError(f"job kind {kind!r}: payload must be a dataclass, not {payload!r}")
-            target = handler if payload is None else typed_handler(handler, payload)
+            target: Handler = handler if payload is None else typed_handler(handler, payload)
             self._declared.append((kind, policy, target))
+            _DECLARED.setdefault(handler, {})[kind] = target
             return handler
 
         return declare
+
+    def kinds(self) -> list[str]:
+        return [kind for kind, _, _ in self._declared]
 
     def register(self, registry: HandlerRegistry) -> None:
         for kind, policy, handler in self._declared:
             registry.register(kind, **policy)(handler)
 
 
-def typed_handler(handler: Any, payload_type: type) -> Any:
+def declared_handlers(function: Callable[..., Any]) -> dict[str, Handler]:
+    """The kinds `function` was declared as with JobKinds, and the handler of `ctx` that runs for each."""
+    return dict(_DECLARED.get(function, {}))
+
+
+def typed_handler(handler: Callable[..., Any], payload_type: type) -> Handler:
     """`handler(ctx, payload)` as a handler of `ctx` alone; keeps the handler's shape (async or plain)
     and stays picklable for process kinds (module-level parts only)."""
     if inspect.iscoroutinefunction(handler):

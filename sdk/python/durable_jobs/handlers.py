@@ -29,6 +29,7 @@ from durable_jobs.kinds import (
     Executor,
     KindPolicy,
 )
+from durable_jobs.logs import JobLogger, LogSink
 from durable_jobs.records import (
     Checkpoint,
     ErrorCategory,
@@ -223,11 +224,19 @@ class DependencyResults(Protocol):
 
 @dataclass
 class JobContext:
+    """What one attempt of a job sees: the job, the attempt, and the ways to record what it did."""
+
     job_id: JobId
+    # The tenant that submitted the job (from its credential): to keep each tenant's data apart.
     tenant: TenantId
+    # The kind the job was submitted with, as registered: one handler may serve several kinds.
     kind: str
+    # The submission's payload, as bytes; a kind declared with `payload=` also gets it decoded.
     payload: bytes
+    # 1 for the first attempt, rising with each retry; a pushback's next claim keeps the number.
     attempt: int
+    # The most attempts the job gets (the submission's, else the kind's): attempt == max_attempts is
+    # the last try.
     max_attempts: int
     # Rises with every claim; pass it to external systems so that they can fence stale writers too.
     fencing_token: FencingToken
@@ -245,7 +254,16 @@ class JobContext:
     checkpoint_book: CheckpointBook | None = None
     progress_sink: ProgressSink | None = None
     dependency_source: DependencyResults | None = None
+    # Where `log` lines go; None keeps them in the process's own log only.
+    log_sink: LogSink | None = None
     _unconfirmed: set[str] = field(default_factory=set)
+
+    @property
+    def log(self) -> JobLogger:
+        """The attempt's logger (`ctx.log.info("%d rows", n)`): every line is kept with the job, bounded
+        per attempt, and readable with ListJobLogs, `jobsctl logs` and the console; it also reaches the
+        worker's own log. Records of the standard `logging` made inside the handler are kept too."""
+        return JobLogger(self.log_sink, {"job_id": self.job_id, "kind": self.kind, "attempt": self.attempt})
 
     def completed_stage(self, stage: str) -> Checkpoint | None:
         """The stage's checkpoint when an attempt (an earlier one, or this one) finished it, else None."""

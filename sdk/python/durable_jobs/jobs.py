@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +12,7 @@ from google.protobuf import timestamp_pb2
 
 from durable_jobs._proto.jobs.v1 import jobs_pb2
 from durable_jobs.ids import FencingToken, JobId
+from durable_jobs.payloads import encode_payload
 from durable_jobs.records import ErrorCategory
 
 
@@ -210,17 +209,6 @@ class Submission:
             if value is not None:
                 getattr(request, name).FromDatetime(_absolute(value, now))
         return request
-
-
-def encode_payload(payload: object) -> bytes:
-    """bytes as they are; a str as UTF-8; a dataclass or any other JSON value as its JSON text."""
-    if isinstance(payload, bytes | bytearray | memoryview):
-        return bytes(payload)
-    if isinstance(payload, str):
-        return payload.encode("utf-8")
-    if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
-        payload = dataclasses.asdict(payload)
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def _absolute(value: datetime | timedelta, now: datetime) -> datetime:

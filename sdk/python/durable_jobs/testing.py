@@ -1,11 +1,12 @@
 """Running a handler in a unit test, without a database, an API or a worker.
 
-    from shared.handlers.testing import run_handler
-    assert run_handler(resize, b'{"url": "...", "width": 64}') == b"..."
+    from durable_jobs.testing import run_handler
+    assert run_handler(resize, {"url": "...", "width": 64}) == b"..."
 
-Receipts, checkpoints and progress are kept in memory for the context's lifetime: after `context_for`,
-`ctx.receipt_book.receipts`, `ctx.checkpoints` and `ctx.progress_sink.reports` show what the handler
-recorded. `context_for(checkpoints={...})` stands for stages an earlier attempt finished, and
+Receipts, checkpoints, progress and log lines are kept in memory for the context's lifetime: after
+`run_handler(handler, ctx=context_for(payload))`, `ctx.receipt_book.receipts`, `ctx.checkpoints`,
+`ctx.progress_sink.reports` and `ctx.log_sink.messages` show what the handler recorded.
+`context_for(checkpoints={...})` stands for stages an earlier attempt finished, and
 `context_for(dependency_results={job_id: result})` for what the job's dependencies produced.
 """
 
@@ -13,13 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from durable_jobs.declaration import JobKinds, declared_handlers
 from durable_jobs.handlers import Handler, HandlerRegistry, JobContext
 from durable_jobs.ids import FencingToken, JobId, TenantId
+from durable_jobs.logs import BoundedLog, LogLine, attempt_log_handler_installed, capturing, clean_line
+from durable_jobs.payloads import encode_payload
 from durable_jobs.records import Checkpoint, Receipt, encode_checkpoint_data
+
+# Records of the standard logging kept while a handler runs here, as a worker at its default level keeps them.
+CAPTURED_LEVEL = logging.INFO
 
 
 @dataclass
@@ -85,6 +94,23 @@ class MemoryDependencyResults:
         return dict(self.results)
 
 
+@dataclass
+class MemoryLog:
+    """The lines an attempt logged (ctx.log, and logging records inside the handler), bounded as a
+    worker bounds them."""
+
+    lines: list[LogLine] = field(default_factory=list)
+    bound: BoundedLog = field(default_factory=BoundedLog)
+
+    def write(self, line: LogLine) -> None:
+        if self.bound.admit():
+            self.lines.append(clean_line(line))
+
+    @property
+    def messages(self) -> list[str]:
+        return [line.message for line in self.lines]
+
+
 def context_for(
     payload: bytes = b"",
     *,
@@ -117,22 +143,79 @@ def context_for(
         checkpoint_book=MemoryCheckpointBook(attempt, token),
         progress_sink=MemoryProgress(),
         dependency_source=MemoryDependencyResults({JobId(k): v for k, v in (dependency_results or {}).items()}),
+        log_sink=MemoryLog(),
     )
 
 
-def run_handler(handler: Handler | HandlerRegistry, payload: bytes = b"", *, kind: str = "test", **context: Any) -> Any:
-    """Runs a handler (or a registry's handler for `kind`) once, as the worker would, and returns what
-    it returned; the HandlerError it raised propagates. `context` takes context_for's keywords."""
-    if isinstance(handler, HandlerRegistry):
-        spec = handler.get(kind)
-        if spec is None:
-            raise KeyError(f"no kind {kind!r} in the registry")
-        handler = spec.handler
-    ctx = context_for(payload, kind=kind, **context)
-    result = handler(ctx)
-    if inspect.isawaitable(result):
-        return asyncio.run(_awaited(result))
+def run_handler(
+    handler: Callable[..., Any] | HandlerRegistry | JobKinds,
+    payload: object = b"",
+    *,
+    kind: str | None = None,
+    **context: Any,
+) -> Any:
+    """Runs a handler once, as the worker would, and returns what it returned (HandlerErrors propagate).
+
+    `handler` is a function declared with `JobKinds.kind` (its payload decoded as declared), any
+    handler of `ctx`, or a JobKinds or HandlerRegistry with `kind` naming one of its kinds. `payload` is
+    bytes, a str or a JSON value (a dict, a dataclass), encoded as Client.submit would. `context`
+    takes context_for's keywords. To see what the handler recorded, pass `ctx=context_for(...)`."""
+    ctx, target = _prepared(handler, payload, kind, context)
+    with attempt_log_handler_installed(CAPTURED_LEVEL), capturing(ctx.log_sink):
+        result = target(ctx)
+        if inspect.isawaitable(result):
+            return asyncio.run(_awaited(result))
     return result
+
+
+async def run_handler_async(
+    handler: Callable[..., Any] | HandlerRegistry | JobKinds,
+    payload: object = b"",
+    *,
+    kind: str | None = None,
+    **context: Any,
+) -> Any:
+    """run_handler for a test that already runs an event loop (a coroutine handler runs on it)."""
+    ctx, target = _prepared(handler, payload, kind, context)
+    with attempt_log_handler_installed(CAPTURED_LEVEL), capturing(ctx.log_sink):
+        result = target(ctx)
+        if inspect.isawaitable(result):
+            return await result
+    return result
+
+
+def _prepared(
+    handler: Callable[..., Any] | HandlerRegistry | JobKinds, payload: object, kind: str | None, context: dict[str, Any]
+) -> tuple[JobContext, Handler]:
+    target, kind = _resolved(handler, kind)
+    given = context.pop("ctx", None)
+    if given is not None:
+        if context or payload != b"":
+            raise TypeError("run_handler(ctx=...) takes the payload and the rest from that context")
+        return given, target
+    return context_for(encode_payload(payload), kind=kind, **context), target
+
+
+def _resolved(handler: Callable[..., Any] | HandlerRegistry | JobKinds, kind: str | None) -> tuple[Handler, str]:
+    """What runs for `kind`, and the kind the context says."""
+    if isinstance(handler, JobKinds):
+        registry = HandlerRegistry()
+        handler.register(registry)
+        handler = registry
+    if isinstance(handler, HandlerRegistry):
+        names = sorted(handler.kinds())
+        chosen = kind if kind is not None else (names[0] if len(names) == 1 else None)
+        spec = handler.get(chosen) if chosen is not None else None
+        if spec is None:
+            raise KeyError(f"run_handler: name one of the kinds with kind=...; there are {', '.join(names)}")
+        return spec.handler, spec.kind
+    declared = declared_handlers(handler)
+    if declared:
+        chosen = kind if kind is not None else (next(iter(declared)) if len(declared) == 1 else None)
+        if chosen not in declared:
+            raise KeyError(f"run_handler: {handler!r} is declared as {', '.join(declared)}; pass kind=...")
+        return declared[chosen], chosen
+    return handler, kind or "test"
 
 
 async def _awaited(result: Any) -> Any:
