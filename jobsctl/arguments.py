@@ -170,6 +170,9 @@ def _add_lifecycle(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     events = command("events", help="a job's recorded transitions, oldest first (every page)")
     events.add_argument("job_id", metavar="JOB_ID")
+    logs = command("logs", help="what a job's handlers logged (ctx.log, logging records), attempt by attempt")
+    logs.add_argument("job_id", metavar="JOB_ID")
+    logs.add_argument("--attempt", type=int, default=0, help="only this attempt's lines (default: every attempt's)")
 
 
 def _add_resources_and_sets(

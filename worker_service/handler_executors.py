@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import multiprocessing
 import multiprocessing.connection
 import threading
@@ -25,6 +26,7 @@ from durable_jobs.handlers import (
     RetryableError,
     StopSignal,
 )
+from durable_jobs.logs import LogLine, attempt_log_handler_installed, capturing, run_capturing
 from shared.domain.checkpoints import Checkpoint
 from shared.domain.errors import LeaseLost
 from shared.domain.ids import JobId
@@ -67,9 +69,12 @@ class HandlerExecutors:
 
     async def run(self, spec: HandlerSpec, context: JobContext) -> object:
         if spec.executor is Executor.ASYNC:
-            return await spec.handler(context)  # type: ignore[misc]
+            with capturing(context.log_sink):
+                return await spec.handler(context)  # type: ignore[misc]
         if spec.executor is Executor.THREAD:
-            return await asyncio.get_running_loop().run_in_executor(self._threads, spec.handler, context)
+            return await asyncio.get_running_loop().run_in_executor(
+                self._threads, run_capturing, context.log_sink, spec.handler, context
+            )
         return await self._run_in_process(spec, context)
 
     def close(self) -> None:
@@ -83,7 +88,7 @@ class HandlerExecutors:
         stop = self._processes.Event()
         child = self._processes.Process(
             target=_child_main,
-            args=(sender, spec.handler, _ChildContext.of(context), stop, child_calls),
+            args=(sender, spec.handler, _ChildContext.of(context), stop, child_calls, logging.getLogger().level),
             name=f"jobs-handler-{context.kind}",
             daemon=True,
         )
@@ -138,6 +143,9 @@ class _ChildCalls:
                 return
             if message[0] == "progress":
                 self._context.report_progress(message[1], message[2])
+            elif message[0] == "log":
+                if self._context.log_sink is not None:
+                    self._context.log_sink.write(message[1])
             elif message[0] == "dependencies":
                 self._connection.send(await self._dependencies())
             else:
@@ -184,7 +192,8 @@ async def _next_message(connection: multiprocessing.connection.Connection) -> tu
 
 
 class _ParentCalls:
-    """The child's side of _ChildCalls: its context's checkpoint book, progress sink and dependency results."""
+    """The child's side of _ChildCalls: its context's checkpoint book, progress sink, log sink and
+    dependency results."""
 
     def __init__(self, connection: Any) -> None:
         self._connection = connection
@@ -193,6 +202,10 @@ class _ParentCalls:
     def report(self, fraction: float, message: str) -> None:
         with self._lock:
             self._connection.send(("progress", fraction, message))
+
+    def write(self, line: LogLine) -> None:
+        with self._lock:
+            self._connection.send(("log", line))
 
     async def record(self, stage: str, data: bytes) -> Checkpoint:
         return await asyncio.get_running_loop().run_in_executor(None, self.record_blocking, stage, data)
@@ -275,7 +288,9 @@ class _ProcessStopSignal(StopSignal):
         return self._event.wait(timeout)
 
 
-def _child_main(sender: Any, handler: Any, child_context: _ChildContext, stop: ProcessEvent, calls: Any) -> None:
+def _child_main(
+    sender: Any, handler: Any, child_context: _ChildContext, stop: ProcessEvent, calls: Any, log_level: int
+) -> None:
     parent = _ParentCalls(calls)
     context = JobContext(
         **child_context.fields,
@@ -283,9 +298,11 @@ def _child_main(sender: Any, handler: Any, child_context: _ChildContext, stop: P
         checkpoint_book=parent,
         progress_sink=parent,
         dependency_source=parent,
+        log_sink=parent,
     )
     try:
-        result = handler(context)
+        with attempt_log_handler_installed(log_level), capturing(parent):
+            result = handler(context)
         sender.send(("ok", result))
     except (PushedBack, RetryableError) as exc:
         sender.send(("hinted", _hinted_copy(exc)))

@@ -9,16 +9,19 @@ import dataclasses
 from api_service.usecases.lifecycle import JobLifecycle
 from shared.domain.errors import NotFound
 from shared.domain.ids import JobId, TenantId
+from shared.domain.job_logs import LogPosition
 from shared.domain.jobs import Job
 from shared.domain.operator_views import JobDetail, QueueLine
 from shared.domain.submission_rules import check_job_id
-from shared.storage import checkpoint_store, job_store, operator_store, progress_store, receipt_store
+from shared.storage import checkpoint_store, job_store, log_store, operator_store, progress_store, receipt_store
 from shared.storage.database import Database
 
 # How much of a payload or result the job page shows; the rest is there through GetJobResult.
 PREVIEW_BYTES = 4096
 # The job page shows this much of the history; a longer one says so.
 EVENTS_SHOWN_MAX = 500
+# The page shows the start of a long handler log; `jobsctl logs` reads all of it.
+LOG_LINES_SHOWN_MAX = 500
 FAILED_WINDOW_SECONDS_DEFAULT = 3600.0
 
 
@@ -32,8 +35,8 @@ class OperatorReads:
             return await operator_store.queue_overview(conn, failed_window_seconds=self._failed_window_seconds)
 
     async def job(self, job_id: JobId) -> JobDetail:
-        """The job with its history (each failed attempt's error), receipts, relatives, stage checkpoints
-        and latest progress."""
+        """The job with its history (each failed attempt's error), receipts, relatives, stage checkpoints,
+        latest progress and handler log."""
         check_job_id(job_id)
         async with self._db.transaction() as conn:
             detail = await operator_store.get_job_detail(conn, job_id, preview_bytes=PREVIEW_BYTES)
@@ -45,6 +48,9 @@ class OperatorReads:
             relatives = await operator_store.relatives(conn, job_id, job.depends_on)
             checkpoints = await checkpoint_store.list_for_job(conn, job.tenant, job_id)
             progress = await progress_store.get(conn, job.tenant, job_id)
+            logs = await log_store.list_lines(
+                conn, job.tenant, job_id, attempt=0, after=LogPosition(), limit=LOG_LINES_SHOWN_MAX
+            )
         return dataclasses.replace(
             detail,
             events=events,
@@ -52,6 +58,7 @@ class OperatorReads:
             relatives=relatives,
             checkpoints=checkpoints,
             progress=progress,
+            logs=tuple(logs),
         )
 
 

@@ -356,6 +356,44 @@ class ListJobEventsRequest(_message.Message):
     page_token: str
     def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
+class ListJobLogsRequest(_message.Message):
+    __slots__ = ("job_id", "attempt", "page_size", "page_token")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    attempt: int
+    page_size: int
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class JobLogLine(_message.Message):
+    __slots__ = ("attempt", "fencing_token", "sequence", "at", "level", "logger", "message")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    LOGGER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    fencing_token: int
+    sequence: int
+    at: _timestamp_pb2.Timestamp
+    level: str
+    logger: str
+    message: str
+    def __init__(self, attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., sequence: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., level: _Optional[str] = ..., logger: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ListJobLogsResponse(_message.Message):
+    __slots__ = ("lines", "next_page_token")
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    lines: _containers.RepeatedCompositeFieldContainer[JobLogLine]
+    next_page_token: str
+    def __init__(self, lines: _Optional[_Iterable[_Union[JobLogLine, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class JobEvent(_message.Message):
     __slots__ = ("job_id", "sequence", "from_state", "to_state", "attempt", "fencing_token", "actor", "reason", "at", "error")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

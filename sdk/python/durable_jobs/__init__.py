@@ -33,7 +33,7 @@ from durable_jobs.records import Checkpoint, ErrorCategory, Receipt
 
 if TYPE_CHECKING:
     from durable_jobs.client import AsyncClient, Client
-    from durable_jobs.jobs import Job, JobError, JobState, Progress, Submission, Tls
+    from durable_jobs.jobs import Job, JobError, JobLogLine, JobState, Progress, Submission, Tls
 
 __all__ = [
     "AsyncClient",
@@ -51,6 +51,7 @@ __all__ = [
     "JobError",
     "JobId",
     "JobKinds",
+    "JobLogLine",
     "JobState",
     "OutcomeUnknownError",
     "PermanentError",
@@ -70,6 +71,7 @@ _LAZY = {
     "Client": "durable_jobs.client",
     "Job": "durable_jobs.jobs",
     "JobError": "durable_jobs.jobs",
+    "JobLogLine": "durable_jobs.jobs",
     "JobState": "durable_jobs.jobs",
     "Progress": "durable_jobs.jobs",
     "Submission": "durable_jobs.jobs",

@@ -25,7 +25,7 @@ import grpc.aio
 
 from durable_jobs._proto.jobs.v1 import jobs_pb2, jobs_pb2_grpc
 from durable_jobs.errors import INDETERMINATE_CODES, DeadlineExceeded, JobNotSucceeded, from_rpc_error
-from durable_jobs.jobs import Job, JobState, Submission, Tls, submissions
+from durable_jobs.jobs import Job, JobLogLine, JobState, Submission, Tls, submissions
 
 __all__ = ["AsyncClient", "Client", "Submission", "Tls"]
 
@@ -220,6 +220,19 @@ class Client:
                 return events
             token = page.next_page_token
 
+    def logs(self, job_id: str, *, attempt: int = 0, timeout: float | None = None) -> list[JobLogLine]:
+        """What the job's handlers logged (ListJobLogs, every page), oldest first; one attempt's with
+        `attempt`."""
+        lines: list[JobLogLine] = []
+        token = ""
+        while True:
+            request = jobs_pb2.ListJobLogsRequest(job_id=job_id, attempt=attempt, page_token=token)
+            page: jobs_pb2.ListJobLogsResponse = self._idempotent(self._stub.ListJobLogs, request, timeout)
+            lines.extend(JobLogLine.from_proto(line) for line in page.lines)
+            if not page.next_page_token:
+                return lines
+            token = page.next_page_token
+
     def _once(self, method: Callable[..., _T], request: object, timeout: float | None) -> _T:
         try:
             return method(request, timeout=timeout or self._timeout, metadata=self._metadata)
@@ -364,6 +377,18 @@ class AsyncClient:
             events.extend(page.events)
             if not page.next_page_token:
                 return events
+            token = page.next_page_token
+
+    async def logs(self, job_id: str, *, attempt: int = 0, timeout: float | None = None) -> list[JobLogLine]:
+        """Client.logs."""
+        lines: list[JobLogLine] = []
+        token = ""
+        while True:
+            request = jobs_pb2.ListJobLogsRequest(job_id=job_id, attempt=attempt, page_token=token)
+            page: jobs_pb2.ListJobLogsResponse = await self._idempotent(self._stub.ListJobLogs, request, timeout)
+            lines.extend(JobLogLine.from_proto(line) for line in page.lines)
+            if not page.next_page_token:
+                return lines
             token = page.next_page_token
 
     async def _once(self, method: Callable[..., Any], request: object, timeout: float | None) -> Any:

@@ -154,6 +154,26 @@ def _progress(job: jobs_pb2.Job) -> Progress | None:
 
 
 @dataclass(frozen=True)
+class JobLogLine:
+    """A line a handler logged (ctx.log, or a logging record inside the handler), kept with its attempt."""
+
+    attempt: int
+    fencing_token: FencingToken
+    sequence: int
+    at: datetime | None
+    level: str
+    logger: str
+    message: str
+
+    @classmethod
+    def from_proto(cls, line: jobs_pb2.JobLogLine) -> JobLogLine:
+        at = line.at.ToDatetime(tzinfo=UTC) if line.HasField("at") else None
+        return cls(
+            line.attempt, FencingToken(line.fencing_token), line.sequence, at, line.level, line.logger, line.message
+        )
+
+
+@dataclass(frozen=True)
 class Tls:
     """TLS toward the API: `ca_file` (PEM) to trust instead of the system's roots; `cert_file` and
     `key_file` together for mutual TLS."""

@@ -158,11 +158,18 @@ def run_capturing(sink: LogSink | None, function: Callable[..., Any], *args: Any
 
 class AttemptLogHandler(logging.Handler):
     """Installed on the root logger of a process that runs handlers: sends each record made inside a
-    handler to its attempt's sink (records ctx.log wrote itself are skipped)."""
+    handler to its attempt's sink (records ctx.log wrote itself are skipped, and so are those of the
+    loggers named in `skipped`, and their children: the worker's own)."""
+
+    def __init__(self, skipped: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self._skipped = skipped
 
     def emit(self, record: logging.LogRecord) -> None:
         sink = _current_sink.get()
         if sink is None or getattr(record, _WRITTEN_MARK, False):
+            return
+        if any(record.name == name or record.name.startswith(name + ".") for name in self._skipped):
             return
         try:
             message = record.getMessage()
@@ -175,10 +182,12 @@ class AttemptLogHandler(logging.Handler):
 
 
 @contextmanager
-def attempt_log_handler_installed(level: int | None = None) -> Iterator[AttemptLogHandler]:
+def attempt_log_handler_installed(
+    level: int | None = None, skipped: tuple[str, ...] = ()
+) -> Iterator[AttemptLogHandler]:
     """An AttemptLogHandler on the root logger for the duration (and the root's level, when given)."""
     root = logging.getLogger()
-    handler = AttemptLogHandler()
+    handler = AttemptLogHandler(skipped)
     previous = root.level
     root.addHandler(handler)
     if level is not None:
