@@ -19,7 +19,7 @@ BENCH_REQUIREMENTS := benchmarks/pgqueuer-requirements.txt
 TEST_ADMIN_URL_DEFAULT := postgresql://postgres@127.0.0.1:5432/postgres
 export JOBS_TEST_ADMIN_URL ?= $(or $(DATABASE_URL),$(TEST_ADMIN_URL_DEFAULT))
 
-.PHONY: help venv node-deps generate lint format test run bench system-deps clean
+.PHONY: help venv node-deps generate lint format test run dev-worker bench system-deps clean
 
 help: ## List the targets
 	@echo "Usage: make TARGET"
@@ -63,6 +63,9 @@ test: venv node-deps lint ## lint, then pytest (PostgreSQL from JOBS_TEST_ADMIN_
 
 run: venv ## The API and two workers on loopback, over DATABASE_URL or an embedded PostgreSQL in .dev/
 	$(VENV_PYTHON) scripts/dev_stack.py
+
+dev-worker: venv ## One more worker with your kinds (MODULES=my_jobs) beside `make run`, restarted when their files change
+	$(VENV_PYTHON) scripts/dev_worker.py $(if $(MODULES),--modules $(MODULES))
 
 bench: venv $(BENCH_VENV_STAMP) ## Throughput, latency and memory figures against their targets, PgQueuer beside us: a table, then one JSON line
 	@echo "benchmarks use admin URL $(JOBS_TEST_ADMIN_URL) (BENCH_ONLY, BENCH_JOBS, BENCH_REPEAT, BENCH_SOAK_SECONDS: see benchmarks/__main__.py)"
