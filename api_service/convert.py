@@ -37,7 +37,14 @@ from shared.domain.jobs import (
     ReportOutcome,
     RetryHint,
 )
-from shared.domain.schedules import NewSchedule, OverlapPolicy, Schedule, template_from_job, validate_cron
+from shared.domain.schedules import (
+    NewSchedule,
+    OverlapPolicy,
+    Schedule,
+    cron_warning,
+    template_from_job,
+    validate_cron,
+)
 from shared.domain.trace_context import TraceContext, trace_context_from_headers
 from shared.storage.resource_store import Deletion
 
@@ -494,6 +501,7 @@ def schedule_to_proto(schedule: Schedule) -> jobs_pb2.Schedule:
             labels=template.labels,
         ),
         cron=schedule.spec.cron,
+        cron_warning=cron_warning(schedule.spec.cron),
         time_zone=schedule.spec.time_zone,
         overlap_policy=_OVERLAP_TO_PROTO[schedule.overlap],
         catchup_window_seconds=schedule.catchup_window_seconds,

@@ -83,11 +83,19 @@ def job_text(job: jobs_pb2.Job) -> str:
             f"{progress_text(job.progress)} (attempt {job.progress.attempt})" if job.HasField("progress") else "",
         ),
         ("checkpoints", ", ".join(f"{c.stage} (attempt {c.attempt})" for c in job.checkpoints)),
+        ("waiting_reason", _waiting_text(job)),
     ]
     rows += [(name, value) for name, value in optional if value]
     rows += [("sequence", str(job.sequence)), ("fencing_token", str(job.fencing_token))]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def _waiting_text(job: jobs_pb2.Job) -> str:
+    """Why a job whose time has come is not started, and the key that holds it."""
+    if not job.waiting_reason:
+        return ""
+    return f"{job.waiting_reason} ({job.waiting_for_key})" if job.waiting_for_key else job.waiting_reason
 
 
 def _error_text(job: jobs_pb2.Job) -> str:

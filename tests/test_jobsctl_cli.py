@@ -339,6 +339,13 @@ def test_job_text_names_state_without_prefix_and_skips_empty_optional_fields() -
     assert "resource" not in lines and "last_error" not in lines and "cancel_requested" not in lines
 
 
+def test_job_text_says_why_a_due_job_waits_and_for_which_key() -> None:
+    waiting = _job(waiting_reason="limit_running", waiting_for_key="provider:openai")
+    lines = dict(line.split(None, 1) for line in job_text(waiting).splitlines())
+    assert lines["waiting_reason"] == "limit_running (provider:openai)"
+    assert "waiting_reason" not in job_text(_job())
+
+
 def test_job_text_shows_the_last_error_with_its_category() -> None:
     job = _job(last_error=jobs_pb2.JobError(category=jobs_pb2.ERROR_CATEGORY_RETRYABLE, message="boom"))
     assert "last_error     RETRYABLE: boom" in job_text(job).splitlines()

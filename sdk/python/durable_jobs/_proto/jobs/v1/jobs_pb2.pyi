@@ -545,7 +545,7 @@ class CreateScheduleRequest(_message.Message):
     def __init__(self, schedule_id: _Optional[str] = ..., job: _Optional[_Union[SubmitJobRequest, _Mapping]] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., overlap_policy: _Optional[_Union[ScheduleOverlapPolicy, str]] = ..., catchup_window_seconds: _Optional[int] = ..., paused: _Optional[bool] = ..., note: _Optional[str] = ...) -> None: ...
 
 class Schedule(_message.Message):
-    __slots__ = ("schedule_id", "job", "cron", "time_zone", "overlap_policy", "catchup_window_seconds", "paused", "note", "next_fire_at", "buffered_fire_at", "last_fire_at", "last_job_id", "fires_submitted", "fires_missed", "fires_skipped", "last_error", "created_at")
+    __slots__ = ("schedule_id", "job", "cron", "time_zone", "overlap_policy", "catchup_window_seconds", "paused", "note", "next_fire_at", "buffered_fire_at", "last_fire_at", "last_job_id", "fires_submitted", "fires_missed", "fires_skipped", "last_error", "created_at", "cron_warning")
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     CRON_FIELD_NUMBER: _ClassVar[int]
@@ -563,6 +563,7 @@ class Schedule(_message.Message):
     FIRES_SKIPPED_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    CRON_WARNING_FIELD_NUMBER: _ClassVar[int]
     schedule_id: str
     job: SubmitJobRequest
     cron: str
@@ -580,7 +581,8 @@ class Schedule(_message.Message):
     fires_skipped: int
     last_error: str
     created_at: _timestamp_pb2.Timestamp
-    def __init__(self, schedule_id: _Optional[str] = ..., job: _Optional[_Union[SubmitJobRequest, _Mapping]] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., overlap_policy: _Optional[_Union[ScheduleOverlapPolicy, str]] = ..., catchup_window_seconds: _Optional[int] = ..., paused: _Optional[bool] = ..., note: _Optional[str] = ..., next_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., buffered_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_job_id: _Optional[str] = ..., fires_submitted: _Optional[int] = ..., fires_missed: _Optional[int] = ..., fires_skipped: _Optional[int] = ..., last_error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    cron_warning: str
+    def __init__(self, schedule_id: _Optional[str] = ..., job: _Optional[_Union[SubmitJobRequest, _Mapping]] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., overlap_policy: _Optional[_Union[ScheduleOverlapPolicy, str]] = ..., catchup_window_seconds: _Optional[int] = ..., paused: _Optional[bool] = ..., note: _Optional[str] = ..., next_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., buffered_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_job_id: _Optional[str] = ..., fires_submitted: _Optional[int] = ..., fires_missed: _Optional[int] = ..., fires_skipped: _Optional[int] = ..., last_error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cron_warning: _Optional[str] = ...) -> None: ...
 
 class GetScheduleRequest(_message.Message):
     __slots__ = ("schedule_id",)
