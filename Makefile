@@ -8,6 +8,10 @@ VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
 # Rewritten after each successful install, so `venv` re-runs only when pyproject.toml is newer.
 VENV_STAMP := $(VENV)/.installed-from-pyproject
+# The wheels a fresh venv installs the SDK from in tests/test_sdk_distribution.py, offline: the SDK's
+# dependencies (at the versions .venv has), setuptools for building from the sdist, and pytest.
+SDK_WHEELHOUSE := $(VENV)/sdk-wheelhouse
+SDK_WHEELHOUSE_STAMP := $(SDK_WHEELHOUSE)/.downloaded
 # npm ci rewrites node_modules/ from package-lock.json; the stamp makes it re-run only when the lock changes.
 NODE_STAMP := node_modules/.installed-from-lock
 # PgQueuer, the peer `make bench` runs beside this service, lives in a venv of its own.
@@ -19,7 +23,7 @@ BENCH_REQUIREMENTS := benchmarks/pgqueuer-requirements.txt
 TEST_ADMIN_URL_DEFAULT := postgresql://postgres@127.0.0.1:5432/postgres
 export JOBS_TEST_ADMIN_URL ?= $(or $(DATABASE_URL),$(TEST_ADMIN_URL_DEFAULT))
 
-.PHONY: help venv node-deps generate lint format test run dev-worker bench system-deps clean
+.PHONY: help venv sdk-wheelhouse node-deps generate lint format test run dev-worker bench system-deps clean
 
 help: ## List the targets
 	@echo "Usage: make TARGET"
@@ -33,6 +37,14 @@ venv: $(VENV_STAMP) ## Create .venv and install the project, its SDK and its dev
 $(VENV_STAMP): pyproject.toml sdk/python/pyproject.toml
 	@test -x $(VENV_PYTHON) || $(PYTHON) -m venv $(VENV)
 	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -e ./sdk/python -e '.[dev]'
+	@touch $@
+
+sdk-wheelhouse: $(SDK_WHEELHOUSE_STAMP) ## Download the wheels the SDK's fresh-venv test installs from (into .venv/sdk-wheelhouse)
+
+$(SDK_WHEELHOUSE_STAMP): $(VENV_STAMP) sdk/python/pyproject.toml
+	$(VENV_PYTHON) -m pip freeze --exclude-editable | grep '==' > $(VENV)/sdk-constraints.txt
+	$(VENV_PYTHON) -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+		--dest $(SDK_WHEELHOUSE) --constraint $(VENV)/sdk-constraints.txt ./sdk/python setuptools pytest
 	@touch $@
 
 node-deps: $(NODE_STAMP) ## Install buf and the Node client test's gRPC libraries from package-lock.json (npm ci)
@@ -57,7 +69,7 @@ format: venv ## Apply ruff's formatter and its autofixable lint rules
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: venv node-deps lint ## lint, then pytest (PostgreSQL from JOBS_TEST_ADMIN_URL, else DATABASE_URL, else local :5432)
+test: venv sdk-wheelhouse node-deps lint ## lint, then pytest (PostgreSQL from JOBS_TEST_ADMIN_URL, else DATABASE_URL, else local :5432)
 	@echo "tests use admin URL $(JOBS_TEST_ADMIN_URL)"
 	$(VENV)/bin/pytest tests
 
