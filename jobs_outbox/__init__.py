@@ -8,7 +8,7 @@ derived from the row, so a crash anywhere yields the job exactly once:
         conn.execute("UPDATE documents SET version = version + 1 WHERE id = %s", (doc_id,))
         jobs_outbox.enqueue(conn, kind="index-document", payload=doc_id.encode())
 
-This package depends on psycopg and the generated jobs.v1 stubs only, never on the service's code.
+This package depends on psycopg and the SDK (durable-jobs-sdk) only, never on the service's code.
 """
 
 from __future__ import annotations

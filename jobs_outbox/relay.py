@@ -1,8 +1,10 @@
-"""`python -m jobs_outbox.relay`: submits outbox rows through jobs.v1.JobService and marks them sent.
+"""`python -m jobs_outbox.relay`: submits outbox rows through the SDK's client (durable_jobs.Client) and
+marks them sent.
 
 Each row goes out with an idempotency key derived from the row, so a relay killed after the API
 accepted a row and before it marked it sent leaves the row for the next relay, whose submission gets
-the same job back. Several relays may run: each claims rows with FOR UPDATE SKIP LOCKED.
+the same job back; an answer lost on the way is sent again with that key by the client itself, within
+the call's deadline. Several relays may run: each claims rows with FOR UPDATE SKIP LOCKED.
 
 Settings (flags override the environment): JOBS_OUTBOX_DATABASE_URL (the outbox's database),
 JOBS_API_TARGET (default 127.0.0.1:50051), JOBS_OUTBOX_TOKEN (a tenant's bearer token), JOBS_TLS_CA
@@ -23,12 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
 import psycopg
-from google.protobuf import timestamp_pb2
 from psycopg.rows import dict_row
 
-from jobs.v1 import jobs_pb2, jobs_pb2_grpc
+from durable_jobs import Client, Job, Submission, Tls
+from durable_jobs.errors import AlreadyExists, InvalidArgument, JobsError
 from jobs_outbox import QUERIES
 
 log = logging.getLogger("jobs_outbox.relay")
@@ -38,7 +39,7 @@ CALL_TIMEOUT_SECONDS = 10.0
 BACKOFF_CAP_SECONDS = 60.0
 RECONNECT_SECONDS = 1.0
 # Refusals that the same request will always get: the row ends failed instead of being retried.
-_PERMANENT = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.ALREADY_EXISTS})
+_PERMANENT = (InvalidArgument, AlreadyExists)
 # For tests of a crash between the submission and its mark: after the API accepted a row, the relay
 # writes the job id to this file and waits for ever (to be killed) instead of marking the row.
 HOLD_AFTER_SUBMIT_ENV = "JOBS_OUTBOX_RELAY_HOLD_AFTER_SUBMIT"
@@ -56,9 +57,9 @@ class RelaySettings:
     hold_after_submit: str | None = None
 
 
-def submit_request(row: Mapping[str, Any]) -> jobs_pb2.SubmitJobRequest:
+def submission(row: Mapping[str, Any]) -> Submission:
     """The row as a submission; its idempotency key is the caller's or derived from the row."""
-    request = jobs_pb2.SubmitJobRequest(
+    return Submission(
         kind=row["kind"],
         payload=bytes(row["payload"]),
         idempotency_key=row["idempotency_key"] or f"outbox:{row['submission_uid']}",
@@ -67,20 +68,15 @@ def submit_request(row: Mapping[str, Any]) -> jobs_pb2.SubmitJobRequest:
         resource_key=row["resource_key"] or "",
         resource_version=row["resource_version"],
         labels=row["labels"],
+        run_after=row["run_after"],
+        deadline=row["deadline"],
     )
-    for name in ("run_after", "deadline"):
-        if row[name] is not None:
-            stamp = timestamp_pb2.Timestamp()
-            stamp.FromDatetime(row[name])
-            getattr(request, name).CopyFrom(stamp)
-    return request
 
 
 class Relay:
-    def __init__(self, settings: RelaySettings, stub: jobs_pb2_grpc.JobServiceStub) -> None:
+    def __init__(self, settings: RelaySettings, client: Client) -> None:
         self._settings = settings
-        self._stub = stub
-        self._metadata = (("authorization", f"Bearer {settings.token}"),)
+        self._client = client
         self.stopping = threading.Event()
 
     def run(self, conn: psycopg.Connection[Any]) -> None:
@@ -102,32 +98,32 @@ class Relay:
 
     def _relay_row(self, conn: psycopg.Connection[Any], row: Mapping[str, Any]) -> None:
         try:
-            response = self._stub.SubmitJob(submit_request(row), metadata=self._metadata, timeout=CALL_TIMEOUT_SECONDS)
-        except grpc.RpcError as exc:
+            job = self._client.submit(timeout=CALL_TIMEOUT_SECONDS, **vars(submission(row)))
+        except JobsError as exc:
             self._record_refusal(conn, row, exc)
             return
-        self._hold_if_asked(response.job.job_id)
-        conn.execute(QUERIES["outbox_mark_sent"], {"outbox_id": row["outbox_id"], "job_id": response.job.job_id})
-        log.info("outbox row %s sent as job %s", row["outbox_id"], response.job.job_id)
+        self._hold_if_asked(job)
+        conn.execute(QUERIES["outbox_mark_sent"], {"outbox_id": row["outbox_id"], "job_id": job.job_id})
+        log.info("outbox row %s sent as job %s", row["outbox_id"], job.job_id)
 
-    def _record_refusal(self, conn: psycopg.Connection[Any], row: Mapping[str, Any], exc: grpc.RpcError) -> None:
-        code, error = exc.code(), f"{exc.code().name}: {exc.details()}"
-        if code in _PERMANENT:
+    def _record_refusal(self, conn: psycopg.Connection[Any], row: Mapping[str, Any], exc: JobsError) -> None:
+        error = f"{exc.code}: {exc.message}"
+        if isinstance(exc, _PERMANENT):
             conn.execute(QUERIES["outbox_mark_failed"], {"outbox_id": row["outbox_id"], "error": error})
             log.error("outbox row %s refused for good: %s", row["outbox_id"], error)
             return
-        # Indeterminate or transient (UNAVAILABLE may come after the commit): the same key later finds
-        # the job if it was stored.
+        # Indeterminate past the client's own retries, or transient: the same key later finds the job
+        # if it was stored.
         conn.execute(
             QUERIES["outbox_retry_later"],
             {"outbox_id": row["outbox_id"], "error": error, "backoff_cap_seconds": BACKOFF_CAP_SECONDS},
         )
         log.warning("outbox row %s waits for another attempt: %s", row["outbox_id"], error)
 
-    def _hold_if_asked(self, job_id: str) -> None:
+    def _hold_if_asked(self, job: Job) -> None:
         path = self._settings.hold_after_submit
         if path:
-            Path(path).write_text(job_id)
+            Path(path).write_text(job.job_id)
             while True:
                 time.sleep(3600)
 
@@ -156,18 +152,12 @@ def settings_from(argv: Sequence[str] | None, env: Mapping[str, str]) -> RelaySe
     )
 
 
-def _channel(settings: RelaySettings) -> grpc.Channel:
-    if not settings.tls_ca:
-        return grpc.insecure_channel(settings.target)
-    credentials = grpc.ssl_channel_credentials(root_certificates=Path(settings.tls_ca).read_bytes())
-    return grpc.secure_channel(settings.target, credentials)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings_from(argv, os.environ)
-    with _channel(settings) as channel:
-        relay = Relay(settings, jobs_pb2_grpc.JobServiceStub(channel))
+    tls = Tls(ca_file=settings.tls_ca) if settings.tls_ca else None
+    with Client(settings.target, settings.token, tls=tls, timeout=CALL_TIMEOUT_SECONDS) as client:
+        relay = Relay(settings, client)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: relay.stopping.set())
         log.info("relaying the outbox to %s", settings.target)
