@@ -75,7 +75,7 @@ def run_result(call: Call, args: argparse.Namespace, console: Console) -> int:
     """With --wait, a job that settles without succeeding exits with its outcome's code, no result.
     The wait is bounded only by a --timeout the user gave: the per-call default would cut it short."""
     if args.wait:
-        states = list(follow(call.stub, args.job_id, call.metadata, max_wait=args.timeout))
+        states = list(follow(call.jobs, args.job_id, max_wait=args.timeout))
         settled = states[-1] if states else None
         if settled is not None and settled.state != jobs_pb2.JOB_STATE_SUCCEEDED:
             print(f"jobsctl: job {args.job_id} ended {state_name(settled.state)}", file=console.stderr)

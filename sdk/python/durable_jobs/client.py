@@ -24,7 +24,7 @@ import grpc
 import grpc.aio
 
 from durable_jobs._proto.jobs.v1 import jobs_pb2, jobs_pb2_grpc
-from durable_jobs.errors import INDETERMINATE_CODES, DeadlineExceeded, JobNotSucceeded, from_rpc_error
+from durable_jobs.errors import INDETERMINATE_CODES, JobNotSucceeded, from_rpc_error
 from durable_jobs.jobs import Job, JobLogLine, JobState, Submission, Tls, submissions
 
 __all__ = ["AsyncClient", "Client", "Submission", "Tls"]
@@ -35,9 +35,10 @@ TIMEOUT_SECONDS_DEFAULT = 30.0
 TRY_SECONDS_MAX = 10.0
 RETRY_PAUSE_SECONDS_FIRST = 0.1
 RETRY_PAUSE_SECONDS_MAX = 2.0
-# A broken WatchJob stream (not the job's end) is opened again from the last sequence seen.
+# A broken WatchJob stream (not the job's end) is opened again from the last sequence seen, for as long
+# as this without a message (an API replica restarting in a rolling deploy takes some seconds).
 WATCH_RESUMABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN})
-WATCH_RESUMES_IN_A_ROW_MAX = 5
+WATCH_RESUME_SECONDS_MAX = 30.0
 
 _T = TypeVar("_T")
 
@@ -75,6 +76,29 @@ class _Deadline:
         self._pause = min(self._pause * 2, RETRY_PAUSE_SECONDS_MAX)
         remaining = self.remaining()
         return None if remaining is not None and pause >= remaining else pause
+
+
+class _Resuming:
+    """When a broken watch is opened again: after a resumable code, with growing pauses, until the
+    watch's deadline or WATCH_RESUME_SECONDS_MAX without a message."""
+
+    def __init__(self) -> None:
+        self._pauses = _Deadline(None)
+        self._since: float | None = None
+
+    def reset(self) -> None:
+        self._pauses, self._since = _Deadline(None), None
+
+    def pause(self, code: grpc.StatusCode, deadline: _Deadline) -> float | None:
+        if code not in WATCH_RESUMABLE_CODES:
+            return None
+        now = time.monotonic()
+        self._since = now if self._since is None else self._since
+        pause = self._pauses.next_pause()
+        remaining = deadline.remaining()
+        if pause is None or (remaining is not None and pause >= remaining):
+            return None
+        return None if now + pause - self._since > WATCH_RESUME_SECONDS_MAX else pause
 
 
 def _settled_or_raise(job: Job) -> None:
@@ -160,13 +184,14 @@ class Client:
         """The job's states as they change, from `after_sequence` on, until it settles (a terminal state,
         or OUTCOME_UNKNOWN, which waits for a person); a dropped stream is resumed where it broke.
         `timeout` bounds the whole watch (DeadlineExceeded); None follows the job for as long as it takes."""
-        deadline, last, resumes = _Deadline(timeout), after_sequence, 0
+        deadline, last, resuming = _Deadline(timeout), after_sequence, _Resuming()
         while True:
             request = jobs_pb2.WatchJobRequest(job_id=job_id, after_sequence=last, include_progress=include_progress)
             stream = self._stub.WatchJob(request, timeout=deadline.remaining(), metadata=self._metadata)
             try:
                 for message in stream:
-                    resumes, job = 0, Job.from_proto(message)
+                    resuming.reset()
+                    job = Job.from_proto(message)
                     last = max(last, job.sequence)
                     yield job
                     if job.state.is_settled:
@@ -175,12 +200,9 @@ class Client:
             except grpc.RpcError as exc:
                 error = from_rpc_error(exc)
                 exc.__traceback__ = None  # the call object is the error: no cycle left for exit time
-                if isinstance(error, DeadlineExceeded) or exc.code() not in WATCH_RESUMABLE_CODES:
+                pause = resuming.pause(exc.code(), deadline)
+                if pause is None:
                     raise error from None
-                pause = deadline.next_pause()
-                if pause is None or resumes >= WATCH_RESUMES_IN_A_ROW_MAX:
-                    raise error from None
-                resumes += 1
                 time.sleep(pause)
             finally:
                 stream.cancel()
@@ -318,13 +340,14 @@ class AsyncClient:
         self, job_id: str, *, after_sequence: int = 0, include_progress: bool = False, timeout: float | None = None
     ) -> AsyncIterator[Job]:
         """Client.watch."""
-        deadline, last, resumes = _Deadline(timeout), after_sequence, 0
+        deadline, last, resuming = _Deadline(timeout), after_sequence, _Resuming()
         while True:
             request = jobs_pb2.WatchJobRequest(job_id=job_id, after_sequence=last, include_progress=include_progress)
             stream = self._stub.WatchJob(request, timeout=deadline.remaining(), metadata=self._metadata)
             try:
                 async for message in stream:
-                    resumes, job = 0, Job.from_proto(message)
+                    resuming.reset()
+                    job = Job.from_proto(message)
                     last = max(last, job.sequence)
                     yield job
                     if job.state.is_settled:
@@ -332,12 +355,9 @@ class AsyncClient:
                 return
             except grpc.RpcError as exc:
                 error = from_rpc_error(exc)
-                if isinstance(error, DeadlineExceeded) or exc.code() not in WATCH_RESUMABLE_CODES:
+                pause = resuming.pause(exc.code(), deadline)
+                if pause is None:
                     raise error from None
-                pause = deadline.next_pause()
-                if pause is None or resumes >= WATCH_RESUMES_IN_A_ROW_MAX:
-                    raise error from None
-                resumes += 1
                 await asyncio.sleep(pause)
             finally:
                 stream.cancel()
