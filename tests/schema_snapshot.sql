@@ -1,5 +1,5 @@
--- The migrated schema, normalised. Written by tests/test_migrations.py; refresh it with
--- JOBS_UPDATE_SCHEMA_SNAPSHOT=1 .venv/bin/pytest tests/test_migrations.py -k snapshot
+-- The migrated schema, normalised. Written by tests/integration/test_migrations.py; refresh it with
+-- JOBS_UPDATE_SCHEMA_SNAPSHOT=1 .venv/bin/pytest tests/integration/test_migrations.py -k snapshot
 
 CREATE TYPE public.delivery_set_failure_policy AS ENUM (
     'fail_set',
@@ -1560,6 +1560,12 @@ CREATE TABLE public.schema_migrations (
     applied_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
 
+CREATE TABLE public.schema_routines (
+    file text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
 CREATE TABLE public.tenant_weights (
     tenant text NOT NULL,
     weight integer NOT NULL,
@@ -1651,6 +1657,9 @@ ALTER TABLE ONLY public.schedules
 
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY public.schema_routines
+    ADD CONSTRAINT schema_routines_pkey PRIMARY KEY (file);
 
 ALTER TABLE ONLY public.tenant_weights
     ADD CONSTRAINT tenant_weights_pkey PRIMARY KEY (tenant);

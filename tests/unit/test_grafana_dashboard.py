@@ -12,7 +12,7 @@ from tests.metric_catalog import exported_sample_names, metric_names, rule_names
 
 pytestmark = pytest.mark.timeout(30)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "dashboards" / "jobs.json"
 # Links and provisioning point at this uid; changing it breaks every bookmark.
 DASHBOARD_UID = "jobs-overview"

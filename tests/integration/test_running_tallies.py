@@ -19,7 +19,7 @@ from shared.storage.migrator import available_migrations, migrate
 from tests import factories
 from tests.conditions import wait_until
 from tests.database_roles import ServiceLogins
-from tests.test_limit_races import _claim_and_complete
+from tests.integration.test_limit_races import _claim_and_complete
 from worker_service.background_loops import tend_running_tallies
 from worker_service.metrics import WorkerMetrics
 
@@ -222,7 +222,7 @@ async def test_the_migration_starts_the_tallies_from_the_running_rows(empty_data
     finally:
         await before.close()
 
-    assert [m.name for m in migrate(empty_database_url)][:1] == ["running_tallies"]
+    assert [m.name for m in migrate(empty_database_url).migrations][:1] == ["running_tallies"]
 
     with psycopg.connect(empty_database_url, row_factory=dict_row) as conn:
         counted = {r["key"]: r["n"] for r in conn.execute(_COUNTED).fetchall()}

@@ -24,7 +24,7 @@ from tests.process_fixtures import ServiceProcess, ServiceStack, free_port, wait
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
-RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "rules.yaml"
+RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "rules.yaml"
 RETRY_RATE_RULE = "tenant:jobs_retry_rate:ratio_rate5m"
 # Shorter than anything a deployment would use, so the test sees scrapes and rule results in seconds.
 SCRAPE_AND_EVALUATION_INTERVAL = "1s"
