@@ -176,3 +176,21 @@ def test_a_watch_stopped_early_ends_its_stream(client: Client) -> None:
         break
     assert seen.is_set()
     assert client.cancel(job.job_id).job_id == job.job_id
+
+
+def test_the_async_client_cancels_retries_and_reads_history_and_logs(running: ServiceStack) -> None:
+    async def scenario() -> tuple[JobState, JobState, list[str], list[str]]:
+        async with AsyncClient(running.api_target, tenant_token("acme"), timeout=20) as jobs:
+            waiting = await jobs.submit("echo", b"later", run_after=timedelta(hours=1))
+            cancelled = await jobs.cancel(waiting.job_id, "not today")
+            again = await jobs.retry(waiting.job_id, "today after all")
+            reasons = [event.reason for event in await jobs.events(waiting.job_id)]
+            logged = await jobs.submit("logs.async")
+            await jobs.result(logged.job_id, wait=True, timeout=60)
+            lines = [line.message for line in await jobs.logs(logged.job_id, attempt=2)]
+            return cancelled.state, again.state, reasons, lines
+
+    cancelled, again, reasons, lines = asyncio.run(scenario())
+    assert cancelled is JobState.CANCELLED and again in (JobState.PENDING, JobState.RUNNING, JobState.SUCCEEDED)
+    assert reasons == ["submitted", "cancelled: not today", "manual retry by tenant:acme: today after all"]
+    assert lines == ["attempt 2 of logs.async starting", "a record of the handler's own logger"]
