@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ("tests.db_fixtures", "tests.process_fixtures", "tests.database_roles")
+pytest_plugins = (
+    "tests.db_fixtures",
+    "tests.process_fixtures",
+    "tests.database_roles",
+    "tests.prometheus_server",
+    "tests.otlp_receiver",
+)
 
 TESTS_DIR = Path(__file__).resolve().parent
 # Each tier, lightest first, with the fixtures that would make one of its tests need a heavier tier.

@@ -32,6 +32,7 @@ from shared.domain.errors import LeaseLost
 from shared.domain.ids import JobId
 from shared.domain.jobs import ErrorCategory
 from shared.domain.kinds import Executor
+from worker_service import tracing
 
 # A process handler still running this long after its stop was requested is terminated.
 PROCESS_STOP_GRACE_SECONDS_DEFAULT = 2.0
@@ -64,7 +65,7 @@ class HandlerExecutors:
         # forkserver: children fork from a clean server process (never from this threaded, event-looped
         # one) with the handler modules already imported, so a child starts in milliseconds.
         self._processes = multiprocessing.get_context("forkserver")
-        self._processes.set_forkserver_preload(["shared.handlers", *preload_modules])
+        self._processes.set_forkserver_preload(["shared.handlers", __name__, *preload_modules])
         self._stop_grace = stop_grace_seconds
 
     async def run(self, spec: HandlerSpec, context: JobContext) -> object:
@@ -72,6 +73,9 @@ class HandlerExecutors:
             with capturing(context.log_sink):
                 return await spec.handler(context)  # type: ignore[misc]
         if spec.executor is Executor.THREAD:
+            # In a copy of the caller's context variables, as asyncio.to_thread does (run_in_executor
+            # does not): the attempt's span stays the current one, and the handler's own spans nest in it;
+            # with the attempt's log sink current, so that its logging records are kept with it.
             return await asyncio.get_running_loop().run_in_executor(
                 self._threads, run_capturing, context.log_sink, spec.handler, context
             )
@@ -88,7 +92,15 @@ class HandlerExecutors:
         stop = self._processes.Event()
         child = self._processes.Process(
             target=_child_main,
-            args=(sender, spec.handler, _ChildContext.of(context), stop, child_calls, logging.getLogger().level),
+            args=(
+                sender,
+                spec.handler,
+                _ChildContext.of(context),
+                stop,
+                child_calls,
+                tracing.current_carrier(),
+                logging.getLogger().level,
+            ),
             name=f"jobs-handler-{context.kind}",
             daemon=True,
         )
@@ -264,7 +276,18 @@ class _ChildContext:
 
     @classmethod
     def of(cls, context: JobContext) -> _ChildContext:
-        names = ("job_id", "tenant", "kind", "payload", "attempt", "max_attempts", "fencing_token", "checkpoints")
+        names = (
+            "job_id",
+            "tenant",
+            "kind",
+            "payload",
+            "attempt",
+            "max_attempts",
+            "fencing_token",
+            "checkpoints",
+            "traceparent",
+            "tracestate",
+        )
         return cls({name: getattr(context, name) for name in names})
 
 
@@ -289,7 +312,13 @@ class _ProcessStopSignal(StopSignal):
 
 
 def _child_main(
-    sender: Any, handler: Any, child_context: _ChildContext, stop: ProcessEvent, calls: Any, log_level: int
+    sender: Any,
+    handler: Any,
+    child_context: _ChildContext,
+    stop: ProcessEvent,
+    calls: Any,
+    trace_carrier: dict[str, str],
+    log_level: int,
 ) -> None:
     parent = _ParentCalls(calls)
     context = JobContext(
@@ -301,7 +330,7 @@ def _child_main(
         log_sink=parent,
     )
     try:
-        with attempt_log_handler_installed(log_level), capturing(parent):
+        with tracing.carried_context(trace_carrier), attempt_log_handler_installed(log_level), capturing(parent):
             result = handler(context)
         sender.send(("ok", result))
     except (PushedBack, RetryableError) as exc:
@@ -317,6 +346,7 @@ def _child_main(
     finally:
         sender.close()
         calls.close()
+        tracing.flush_spans()
 
 
 def _hinted_copy(exc: PushedBack | RetryableError) -> PushedBack | RetryableError:
