@@ -26,7 +26,7 @@ from durable_jobs.handlers import (
     RetryableError,
     StopSignal,
 )
-from durable_jobs.logs import LogLine, attempt_log_handler_installed, capturing, run_capturing
+from durable_jobs.logs import LogLine, attempt_log_handler_installed, capturing, capturing_call
 from shared.domain.checkpoints import Checkpoint
 from shared.domain.errors import LeaseLost
 from shared.domain.ids import JobId
@@ -76,9 +76,8 @@ class HandlerExecutors:
             # In a copy of the caller's context variables, as asyncio.to_thread does (run_in_executor
             # does not): the attempt's span stays the current one, and the handler's own spans nest in it;
             # with the attempt's log sink current, so that its logging records are kept with it.
-            return await asyncio.get_running_loop().run_in_executor(
-                self._threads, run_capturing, context.log_sink, spec.handler, context
-            )
+            call = capturing_call(context.log_sink, spec.handler, context)
+            return await asyncio.get_running_loop().run_in_executor(self._threads, call)
         return await self._run_in_process(spec, context)
 
     def close(self) -> None:

@@ -145,15 +145,17 @@ def capturing(sink: LogSink | None) -> Iterator[None]:
         _current_sink.reset(token)
 
 
-def run_capturing(sink: LogSink | None, function: Callable[..., Any], *args: Any) -> Any:
-    """`function(*args)` in a copy of this context with `sink` current: for a handler in a thread."""
+def capturing_call(sink: LogSink | None, function: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    """`function(*args)` as a call for another thread: it runs in a copy of the caller's context taken
+    now (as asyncio.to_thread does; an executor alone would run it in the thread's own), with `sink`
+    current."""
     context = contextvars.copy_context()
 
     def call() -> Any:
         with capturing(sink):
             return function(*args)
 
-    return context.run(call)
+    return lambda: context.run(call)
 
 
 class AttemptLogHandler(logging.Handler):
