@@ -47,16 +47,28 @@ class SubmissionService:
         self._kinds = kinds
         self._limits = limits
         self._dedupe_window_seconds = dedupe_window_seconds
-        self._group: GroupCommitter[_Request, _Submitted] = GroupCommitter(db, self._submit_group)
+        self._group: GroupCommitter[_Request, _Submitted] = GroupCommitter(
+            db, self._submit_group, committed=self._group_committed
+        )
 
     async def submit(self, tenant: TenantId, actor: str, job: NewJob) -> SubmitOutcome:
         """Shares a transaction with concurrent submissions (group commit); answers after COMMIT."""
         known = await self._kinds.known(job.kind)
         validate_new_job(job, limits=self._limits, known_kinds=known.keys())
-        outcome, superseded = await self._group.run((tenant, actor, job))
-        _log_committed(actor, [(outcome, superseded)])
-        self._metrics.count_created([outcome])
+        outcome, _ = await self._group.run((tenant, actor, job))
         return outcome
+
+    def _group_committed(self, requests: Sequence[_Request], results: Sequence[_Submitted | JobsError]) -> None:
+        """Logs and counts a group's jobs once it committed, whether or not their callers still wait: a job
+        committed after its caller gave up is a job submitted all the same."""
+        committed = [
+            (actor, result)
+            for (_, actor, _), result in zip(requests, results, strict=True)
+            if not isinstance(result, JobsError)
+        ]
+        for actor, result in committed:
+            _log_committed(actor, [result])
+        self._metrics.count_created([outcome for _, (outcome, _) in committed])
 
     async def submit_many(self, tenant: TenantId, actor: str, jobs: Sequence[NewJob]) -> list[SubmitOutcome]:
         """All or nothing: any invalid item or reused key rejects the batch and writes nothing."""
