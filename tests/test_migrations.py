@@ -15,10 +15,13 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from shared.storage.migrator import MIGRATION_LOCK_KEY, available_migrations, migrate
 from tests.conditions import wait_until
@@ -55,6 +58,42 @@ def _pg_dump_matching_server(database_url: str) -> str:
     if client_major is None or int(client_major[1]) != server_major:
         pytest.fail(f"the snapshot needs pg_dump {server_major}, found {client.strip()}; set {PG_DUMP_ENV}")
     return pg_dump
+
+
+@pytest.fixture
+def sql_ascii_database_url(empty_database_url: str) -> Iterator[str]:
+    """A database of the kind initdb makes without a UTF-8 locale, on the test server."""
+    url = empty_database_url.rsplit("/", 1)[0] + "/" + empty_database_url.rsplit("/", 1)[1] + "_ascii"
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(empty_database_url, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE template0 ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'").format(
+                sql.Identifier(name)
+            )
+        )
+    try:
+        yield url
+    finally:
+        with psycopg.connect(empty_database_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def test_migrate_refuses_a_database_that_is_not_utf8_in_one_line(sql_ascii_database_url):
+    completed = subprocess.run(
+        [sys.executable, "-m", "api_service", "migrate"],
+        env={**os.environ, "DATABASE_URL": sql_ascii_database_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+
+    assert completed.returncode == 1
+    lines = completed.stderr.strip().splitlines()
+    assert len(lines) == 1, completed.stderr
+    assert "SQL_ASCII" in lines[0] and "UTF-8" in lines[0]
+    with psycopg.connect(sql_ascii_database_url) as conn:
+        assert conn.execute("SELECT to_regclass('schema_migrations')").fetchone()[0] is None
 
 
 def test_migrating_twice_applies_nothing_the_second_time(empty_database_url):

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 import psycopg
 
+from shared.domain.errors import FailedPrecondition
 from shared.storage import queries
 from shared.storage.database import translate_db_errors
 
@@ -38,8 +40,10 @@ def available_migrations() -> list[Migration]:
 
 
 def migrate(database_url: str) -> list[Migration]:
-    """Applies what is missing and returns it; running it again applies nothing."""
+    """Applies what is missing and returns it; running it again applies nothing. Refuses a database
+    whose encoding is not UTF-8 before changing anything."""
     with translate_db_errors(), psycopg.connect(database_url, autocommit=True) as conn:
+        _require_utf8(conn)
         conn.execute(queries.MIGRATION_LOCK, {"lock_key": MIGRATION_LOCK_KEY})
         try:
             conn.execute(queries.MIGRATION_TABLE_CREATE)
@@ -55,3 +59,16 @@ def migrate(database_url: str) -> list[Migration]:
             return applied
         finally:
             conn.execute(queries.MIGRATION_UNLOCK, {"lock_key": MIGRATION_LOCK_KEY})
+
+
+def _require_utf8(conn: psycopg.Connection[Any]) -> None:
+    """Job payloads' text, labels, names and the migrations themselves are Unicode. initdb without a UTF-8
+    locale (pg_autoctl's included) makes SQL_ASCII databases, which store bytes unchecked and cannot even
+    take the migrations' text."""
+    encoding = conn.info.parameter_status("server_encoding")
+    if encoding != "UTF8":
+        raise FailedPrecondition(
+            f"the database's encoding is {encoding}, and the service needs UTF-8: create the database with"
+            " ENCODING 'UTF8' (initdb --encoding=UTF8, or CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0)",
+            reason="DATABASE_NOT_UTF8",
+        )
