@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             # The migration Job has only the database settings and the log level, not the service's.
             configure_logging(env_log_level(os.environ), "api_service")
             applied = migrate(_migration_url(os.environ))
-            log.info("migrations applied: %s", [f"{m.version:04d}_{m.name}" for m in applied] or "none needed")
+            log.info("migrations applied: %s", applied.labels() or "none needed")
             return 0
         if args.command == "retire-kind":
             configure_logging(env_log_level(os.environ), "api_service")

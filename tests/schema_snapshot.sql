@@ -1547,6 +1547,12 @@ CREATE TABLE public.schema_migrations (
     applied_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
 
+CREATE TABLE public.schema_routines (
+    file text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
 CREATE TABLE public.tenant_weights (
     tenant text NOT NULL,
     weight integer NOT NULL,
@@ -1635,6 +1641,9 @@ ALTER TABLE ONLY public.schedules
 
 ALTER TABLE ONLY public.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY public.schema_routines
+    ADD CONSTRAINT schema_routines_pkey PRIMARY KEY (file);
 
 ALTER TABLE ONLY public.tenant_weights
     ADD CONSTRAINT tenant_weights_pkey PRIMARY KEY (tenant);

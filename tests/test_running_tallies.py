@@ -222,7 +222,7 @@ async def test_the_migration_starts_the_tallies_from_the_running_rows(empty_data
     finally:
         await before.close()
 
-    assert [m.name for m in migrate(empty_database_url)][:1] == ["running_tallies"]
+    assert [m.name for m in migrate(empty_database_url).migrations][:1] == ["running_tallies"]
 
     with psycopg.connect(empty_database_url, row_factory=dict_row) as conn:
         counted = {r["key"]: r["n"] for r in conn.execute(_COUNTED).fetchall()}

@@ -136,7 +136,7 @@ LIMIT %(limit)s;
 -- name: job_claim_batch
 -- Claims up to `limit` runnable jobs of the given kinds under new leases, raising each fencing token, in
 -- fair order (priority, tenant share, age); paused kinds and full keys are passed over (jobs_claim in
--- migrations/0021_claim_cost.sql, docs/SCHEDULING.md).
+-- routines/claim.sql, docs/SCHEDULING.md).
 -- Ids come as text, the form the worker keeps them in (a uuid would be parsed into an object, then printed).
 SELECT job_id::text AS job_id, tenant, kind, payload, attempts, max_attempts, fencing_token, lease_expires_at,
        created_at, queued_since, claimed_at, traceparent, tracestate

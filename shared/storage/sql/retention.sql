@@ -1,6 +1,6 @@
 -- Statements of the retention sweep, which keeps finished history from growing without bound. Both call
--- functions of migration 0011 that run as their owner, so the worker role needs no DELETE privilege; they
--- hold the database's retention floor and keep a finished job while any job depends on it.
+-- functions of routines/retention.sql that run as their owner, so the worker role needs no DELETE
+-- privilege; they hold the database's retention floor and keep a finished job while any job depends on it.
 
 -- name: job_retention_lock
 -- Locks a batch of jobs that finished before the horizon and that no job depends on, oldest first.
