@@ -22,6 +22,8 @@ from pathlib import Path
 
 import psycopg
 
+from tests.process_tree import running, signal_every_process
+
 UNPRIVILEGED_USER = "postgres"
 HOST = "127.0.0.1"
 DATABASE = "jobs"
@@ -167,10 +169,10 @@ class Formation:
         """The machine is lost: SIGKILL to every process of the node at once (its keeper, its PostgreSQL and
         every backend), so nothing restarts it and no backend finishes a reply."""
         assert node.popen is not None
-        processes = _signal_every_process(node.popen.pid, signal.SIGKILL)
+        processes = signal_every_process(node.popen.pid, signal.SIGKILL)
         node.popen.wait(30)
         deadline = time.monotonic() + 30
-        while alive := [pid for pid in processes if _running(pid)]:
+        while alive := [pid for pid in processes if running(pid)]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"processes of {node.name} outlived SIGKILL: {alive}")
             time.sleep(0.05)
@@ -179,7 +181,7 @@ class Formation:
         """The machine hangs (a storage stall, a stuck kernel): SIGSTOP to every process of the node. Its
         sockets stay open and the kernel still acknowledges what clients send, but nothing answers."""
         assert node.popen is not None
-        _signal_every_process(node.popen.pid, signal.SIGSTOP)
+        signal_every_process(node.popen.pid, signal.SIGSTOP)
 
     def writable(self, node: Node) -> bool:
         """Whether this node takes writes now (asked of it alone, so a frozen node elsewhere costs nothing)."""
@@ -213,55 +215,7 @@ class Formation:
     def destroy(self) -> None:
         for node in [*self.nodes, self.monitor]:
             if node.popen is not None and node.popen.poll() is None:
-                _signal_every_process(node.popen.pid, signal.SIGKILL)
+                signal_every_process(node.popen.pid, signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     node.popen.wait(30)
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _processes_under(pid: int) -> set[int]:
-    """`pid` and every process descended from it. A process group would not do: PostgreSQL's backends
-    and auxiliary processes each start a session of their own."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # exited meanwhile
-        # The command name in parentheses may hold spaces; the parent's id is the second field after it.
-        parent = int(stat.rpartition(")")[2].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        current = todo.pop()
-        found.add(current)
-        todo.extend(children.get(current, []))
-    return found
-
-
-def _running(pid: int) -> bool:
-    """Whether the process exists and has not exited (a zombie waits only to be reaped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-def _signal_every_process(pid: int, sig: int) -> set[int]:
-    """Sends `sig` to the whole tree under `pid` as one event: the tree is stopped first (a stopped
-    process forks nothing, and its children are not handed to init while it lives), walked again until
-    no process is new, and only then given `sig`. Returns the processes signalled."""
-    stopped: set[int] = set()
-    while new := _processes_under(pid) - stopped:
-        for process in new:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process, signal.SIGSTOP)
-        stopped |= new
-    if sig != signal.SIGSTOP:
-        for process in stopped:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process, sig)
-    return stopped

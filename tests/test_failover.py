@@ -162,11 +162,11 @@ class FailoverRun:
         lines = [
             f"failover after a {fault} of {self.old_primary.name}: {self.new_primary.name} promoted after "
             f"{self.promoted_at - self.faulted_at:.1f}s, first acknowledgment "
-            + _after(self.first_acknowledged_at, self.promoted_at, "of the promotion"),
+            + _after(self.first_acknowledged_at, self.promoted_at, "the promotion"),
             f"  indeterminate answers during the outage {self.outage_codes}, each after "
             + (f"{waits[len(waits) // 2]:.1f}s (median), {waits[-1]:.1f}s at most" if waits else "-"),
-            f"  health NOT_SERVING {_after(not_serving, self.faulted_at, 'of the fault')}, SERVING again "
-            + _after(serving, self.promoted_at, "of the promotion"),
+            f"  health NOT_SERVING {_after(not_serving, self.faulted_at, 'the fault')}, SERVING again "
+            + _after(serving, self.promoted_at, "the promotion"),
         ]
         if self.found is not None:
             lines.append(
