@@ -3,8 +3,10 @@ Answers only after COMMIT."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
 
 from api_service.metrics import SubmissionMetrics
 from api_service.usecases.group_commit import GroupCommitter
@@ -27,6 +29,7 @@ from shared.storage import job_store, scheduling_store
 from shared.storage.database import Connection, Database, set_tenant
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 _Request = tuple[TenantId, str, NewJob]
 _Submitted = tuple[SubmitOutcome, list[JobId]]
 _ENDED_BADLY = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.SUPERSEDED})
@@ -73,6 +76,11 @@ class SubmissionService:
     async def submit_many(self, tenant: TenantId, actor: str, jobs: Sequence[NewJob]) -> list[SubmitOutcome]:
         """All or nothing: any invalid item or reused key rejects the batch and writes nothing."""
         plain = await self._check_batch(jobs)
+        return await _outliving_its_caller(self._store_many(tenant, actor, jobs, plain))
+
+    async def _store_many(
+        self, tenant: TenantId, actor: str, jobs: Sequence[NewJob], plain: Sequence[int]
+    ) -> list[SubmitOutcome]:
         async with self._db.transaction(tenant) as conn:
             inserted = (
                 await job_store.insert_many(conn, tenant, actor, self._plain_inserts(jobs, plain)) if plain else []
@@ -91,6 +99,11 @@ class SubmissionService:
         """As submit_many, answering only each job's id and whether this call created it: the plain
         items' rows are inserted without being read back, the most a batch of them costs per job."""
         plain = await self._check_batch(jobs)
+        return await _outliving_its_caller(self._store_many_ids(tenant, actor, jobs, plain))
+
+    async def _store_many_ids(
+        self, tenant: TenantId, actor: str, jobs: Sequence[NewJob], plain: Sequence[int]
+    ) -> list[tuple[JobId, bool]]:
         async with self._db.transaction(tenant) as conn:
             ids = (
                 await job_store.insert_many_ids(conn, tenant, actor, self._plain_inserts(jobs, plain)) if plain else []
@@ -263,6 +276,16 @@ class _TenantScope:
         if tenant != self._tenant:
             await set_tenant(self._conn, tenant)
             self._tenant = tenant
+
+
+async def _outliving_its_caller(storing: Coroutine[Any, Any, T]) -> T:
+    """Runs `storing` (a transaction, then the lines and counts of what it committed) to its end even when
+    the caller stops waiting: a batch committed as its caller gave up is logged like any other. The
+    caller's deadline, in the context the task copies, still bounds the transaction."""
+    task = asyncio.ensure_future(storing)
+    # Read when nobody awaits it any more, so that asyncio reports no exception as never retrieved.
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return await asyncio.shield(task)
 
 
 def _log_committed(actor: str, submitted: Sequence[tuple[SubmitOutcome, list[JobId]]]) -> None:
