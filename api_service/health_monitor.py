@@ -17,17 +17,28 @@ LIVENESS_SERVICE = "liveness"
 
 
 class HealthMonitor:
-    def __init__(self, servicer: health.aio.HealthServicer, db: Database, interval_seconds: float) -> None:
+    def __init__(
+        self,
+        servicer: health.aio.HealthServicer,
+        db: Database,
+        interval_seconds: float,
+        *,
+        started: asyncio.Event | None = None,
+    ) -> None:
+        """Readiness also waits for `started` (the built-in kinds published): before, a submission of
+        them would be refused as an unknown kind."""
         self._servicer = servicer
         self._db = db
         self._interval = interval_seconds
+        self._started = started
         self._serving: bool | None = None
 
     async def run(self) -> None:
         """Pings forever; cancelled at shutdown."""
         await self._servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         while True:
-            await self._set(await self._db.ping(timeout_seconds=self._interval * 2))
+            answers = await self._db.ping(timeout_seconds=self._interval * 2)
+            await self._set(answers and (self._started is None or self._started.is_set()))
             await asyncio.sleep(self._interval)
 
     async def _set(self, serving: bool) -> None:

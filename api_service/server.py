@@ -60,14 +60,15 @@ BUILTIN_PUBLISH_RETRY_SECONDS_MIN = 0.5
 BUILTIN_PUBLISH_RETRY_SECONDS_MAX = 10.0
 
 
-async def _publish_builtin_kinds(db: Database) -> None:
+async def _publish_builtin_kinds(db: Database, published: asyncio.Event) -> None:
     """Makes the built-in kinds known (a worker's publication of them stands). Retried until the
-    database answers: the API serves health, and refuses what needs the database, until then."""
+    database answers: the API serves health, NOT_SERVING, and refuses what needs the database, until then."""
     delay = BUILTIN_PUBLISH_RETRY_SECONDS_MIN
     while True:
         try:
             async with db.transaction() as conn:
                 await kind_store.publish_builtin(conn, builtin_policies())
+            published.set()
             return
         except JobsError as exc:
             log.warning("could not publish the built-in job kinds yet: %s", exc.message)
@@ -169,9 +170,12 @@ async def serve(settings: ApiSettings) -> None:
     if console:
         await console.start()
     _reload_on_sighup(principals, tls)
+    builtin_kinds_published = asyncio.Event()
     background += [
-        asyncio.create_task(_publish_builtin_kinds(db)),
-        asyncio.create_task(HealthMonitor(health_servicer, db, settings.health_interval_seconds).run()),
+        asyncio.create_task(_publish_builtin_kinds(db, builtin_kinds_published)),
+        asyncio.create_task(
+            HealthMonitor(health_servicer, db, settings.health_interval_seconds, started=builtin_kinds_published).run()
+        ),
         asyncio.create_task(hub.run()),
     ]
     if settings.scheduler_enabled:

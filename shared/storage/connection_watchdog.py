@@ -107,8 +107,8 @@ def answered_within(conn: AnyConnection, seconds: float) -> Iterator[AnswerBound
 
 
 class SilenceWatch:
-    """Knows which servers stopped answering. One per process's database; the pool, the health probe and the
-    dedicated sessions (LISTEN, gauges) all report to it."""
+    """Knows which servers stopped answering. One per process's database: the pool's transactions, the health
+    probe and the LISTEN sessions report to it."""
 
     def __init__(
         self,
