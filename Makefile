@@ -19,7 +19,7 @@ BENCH_REQUIREMENTS := benchmarks/pgqueuer-requirements.txt
 TEST_ADMIN_URL_DEFAULT := postgresql://postgres@127.0.0.1:5432/postgres
 export JOBS_TEST_ADMIN_URL ?= $(or $(DATABASE_URL),$(TEST_ADMIN_URL_DEFAULT))
 
-.PHONY: help venv node-deps generate lint format test run bench system-deps clean
+.PHONY: help venv node-deps generate lint format test test-fast run bench system-deps clean
 
 help: ## List the targets
 	@echo "Usage: make TARGET"
@@ -55,9 +55,13 @@ format: venv ## Apply ruff's formatter and its autofixable lint rules
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: venv node-deps lint ## lint, then pytest (PostgreSQL from JOBS_TEST_ADMIN_URL, else DATABASE_URL, else local :5432)
+test: venv node-deps lint ## lint, then every test tier (PostgreSQL from JOBS_TEST_ADMIN_URL, else DATABASE_URL, else local :5432)
 	@echo "tests use admin URL $(JOBS_TEST_ADMIN_URL)"
 	$(VENV)/bin/pytest tests
+
+test-fast: venv ## The tiers that run no service process: tests/unit and tests/integration (no lint; `make test` proves everything)
+	@echo "tests use admin URL $(JOBS_TEST_ADMIN_URL)"
+	$(VENV)/bin/pytest tests/unit tests/integration
 
 run: venv ## The API and two workers on loopback, over DATABASE_URL or an embedded PostgreSQL in .dev/
 	$(VENV_PYTHON) scripts/dev_stack.py

@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from api_service.queue_gauges import QueueGaugeCollector
+from jobs.v1 import admin_pb2, jobs_pb2, worker_pb2
+from shared.domain.errors import JobsError
 from shared.domain.jobs import ReportOutcome, SubmitOutcome
 from shared.metric_labels import TENANT_LIMIT_DEFAULT, TenantLabeler
 from shared.pool_metrics import PoolStatsCollector
 from shared.process_metrics import register_process_metrics
 
+log = logging.getLogger(__name__)
 RPC_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+# The services whose calls the interceptor counts (api_service/interceptors.py), as (service, method).
+COUNTED_METHODS = tuple(
+    (service.full_name, method.name)
+    for service in (
+        jobs_pb2.DESCRIPTOR.services_by_name["JobService"],
+        worker_pb2.DESCRIPTOR.services_by_name["WorkerService"],
+        admin_pb2.DESCRIPTOR.services_by_name["AdminService"],
+    )
+    for method in service.methods
+)
 
 
 class RpcMetrics:
@@ -34,6 +49,15 @@ class RpcMetrics:
             buckets=RPC_SECONDS_BUCKETS,
             registry=registry,
         )
+
+    def know_methods(self, methods: Iterable[tuple[str, str]]) -> None:
+        """Creates every method's series at 0, with every status code: rate() cannot see the first
+        error of a series born at that error, and the error ratio needs its numerator where calls
+        succeeded only."""
+        for service, method in methods:
+            self.seconds.labels(service, method)
+            for code in grpc.StatusCode:
+                self.handled.labels(service, method, code.name)
 
     def observe(self, labels: tuple[str, str], code: grpc.StatusCode, seconds: float) -> None:
         service, method = labels
@@ -92,6 +116,14 @@ class SubmissionMetrics:
             ["tenant", "kind"],
             registry=registry,
         )
+
+    def know(self, tenants: Iterable[str], kinds: Iterable[str]) -> None:
+        """Creates the series of these tenants and kinds at 0 (a series born at its first arrival
+        would hide that arrival from rate())."""
+        labels = sorted({self._tenant_label(tenant) for tenant in tenants})
+        for kind in kinds:
+            for label in labels:
+                self.submitted.labels(label, kind)
 
     def count_created(self, outcomes: Sequence[SubmitOutcome]) -> None:
         created = collections.Counter((o.job.tenant, o.job.kind) for o in outcomes if o.created)
@@ -163,6 +195,7 @@ class ApiMetrics:
         self.registry = CollectorRegistry()
         register_process_metrics(self.registry, "api")
         self.rpc = RpcMetrics(self.registry)
+        self.rpc.know_methods(COUNTED_METHODS)
         self.submissions = SubmissionMetrics(self.registry, tenant_limit)
         self.reports = ReportMetrics(self.registry)
         self.result_cache = ResultCacheMetrics(self.registry)
@@ -173,3 +206,19 @@ class ApiMetrics:
     def watch_pool(self, stats: Callable[[], Mapping[str, int]]) -> None:
         """Exports the connection pool's statistics, read from `stats` at scrape time."""
         self.registry.register(PoolStatsCollector(stats))
+
+
+async def keep_arrival_series(
+    submissions: SubmissionMetrics,
+    tenants: Callable[[], Iterable[str]],
+    kinds: Callable[[], Awaitable[Iterable[str]]],
+    interval_seconds: float,
+) -> None:
+    """Creates the arrival series of every tenant of the principals file and every published kind, at
+    start and then every interval (a reload of the file or a newly published kind)."""
+    while True:
+        try:
+            submissions.know(tenants(), await kinds())
+        except JobsError as exc:
+            log.warning("could not read the published kinds for the arrival series: %s", exc.message)
+        await asyncio.sleep(interval_seconds)

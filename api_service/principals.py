@@ -51,6 +51,10 @@ class PrincipalDirectory:
         entries = [_parse_entry(i, raw) for i, raw in enumerate(data.get("principal", []))]
         return cls(entries)
 
+    def tenants(self) -> list[TenantId]:
+        """The tenants the file names, each once, in the file's order."""
+        return list(dict.fromkeys(e.principal.tenant for e in self._entries if e.principal.tenant is not None))
+
     def authenticate(self, token: str) -> Principal | None:
         """Compares the token's hash with every entry in constant time, so timing reveals nothing."""
         digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()

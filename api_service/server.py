@@ -17,7 +17,7 @@ from api_service.health_monitor import HealthMonitor
 from api_service.interceptors import ServiceInterceptor
 from api_service.job_change_hub import JobChangeHub
 from api_service.job_servicer import JobServicer
-from api_service.metrics import ApiMetrics
+from api_service.metrics import ApiMetrics, keep_arrival_series
 from api_service.principals import PrincipalsFile
 from api_service.queue_gauges import QueueGaugeRefresher
 from api_service.result_cache import ResultCache
@@ -163,6 +163,16 @@ async def serve(settings: ApiSettings) -> None:
         host, metrics_port = split_host_port(settings.metrics_listen)
         start_http_server(metrics_port, addr=host, registry=metrics.registry)
         background.append(asyncio.create_task(_queue_gauge_refresher(settings, metrics).run()))
+        background.append(
+            asyncio.create_task(
+                keep_arrival_series(
+                    metrics.submissions,
+                    lambda: principals.current().tenants(),
+                    kinds.known,
+                    settings.metrics_refresh_seconds,
+                )
+            )
+        )
     await server.start()
     if probes:
         await probes.start()

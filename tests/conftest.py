@@ -1,4 +1,46 @@
-"""Shared fixtures. Database fixtures (a migrated template per session, a fresh clone per test) live in
-tests/db_fixtures.py; process-level fixtures for end-to-end tests belong below."""
+"""Shared fixtures and the test tiers. Database fixtures (a migrated template per session, a fresh clone
+per test) live in tests/db_fixtures.py, the service processes' in tests/process_fixtures.py.
 
-pytest_plugins = ("tests.db_fixtures", "tests.process_fixtures", "tests.database_roles")
+Every test file sits in the folder of its tier, named after what its tests need (tests/README.md):
+unit (nothing), integration (a database), process (the real services as processes), stack (whole-stack
+scenarios). Each test is marked with its tier, and a tier's tests may not use the fixtures of a heavier
+one, so `make test-fast` (unit and integration) never starts a service process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = (
+    "tests.db_fixtures",
+    "tests.process_fixtures",
+    "tests.database_roles",
+    "tests.prometheus_server",
+    "tests.otlp_receiver",
+)
+
+TESTS_DIR = Path(__file__).resolve().parent
+# Each tier, lightest first, with the fixtures that would make one of its tests need a heavier tier.
+TIER_FORBIDDEN_FIXTURES = {
+    "unit": {"test_databases", "service_stack"},
+    "integration": {"service_stack"},
+    "process": set(),
+    "stack": set(),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    misplaced = []
+    for item in items:
+        relative = item.path.resolve().relative_to(TESTS_DIR)
+        tier = relative.parts[0] if len(relative.parts) > 1 else None
+        if tier not in TIER_FORBIDDEN_FIXTURES:
+            misplaced.append(f"{item.nodeid}: not in a tier folder ({', '.join(TIER_FORBIDDEN_FIXTURES)})")
+            continue
+        item.add_marker(getattr(pytest.mark, tier))
+        heavier = TIER_FORBIDDEN_FIXTURES[tier] & set(getattr(item, "fixturenames", ()))
+        if heavier:
+            misplaced.append(f"{item.nodeid}: uses {', '.join(sorted(heavier))}, which the {tier} tier may not")
+    if misplaced:
+        raise pytest.UsageError("tests outside their tier (see tests/README.md):\n  " + "\n  ".join(misplaced))

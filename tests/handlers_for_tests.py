@@ -12,6 +12,9 @@ from shared.handlers import HandlerRegistry, JobContext, PushedBack, RetryableEr
 
 HANG_SECONDS = 6
 TRACED_KIND = "traced"
+# One kind per executor whose handler reports the span current in it and starts a span of its own.
+SPAN_KINDS = {executor: f"span.{executor}" for executor in ("async", "thread", "process")}
+HANDLER_SPAN = "handler work"
 STALL_SECONDS_MAX = 60
 
 
@@ -27,6 +30,9 @@ def register(registry: HandlerRegistry) -> None:
     registry.register("crash.once", backoff_base_seconds=0.1)(crash_once)
     registry.register("quick.flaky", max_attempts=3, backoff_base_seconds=0.1)(quick_flaky)
     registry.register(TRACED_KIND, max_attempts=3, backoff_base_seconds=0.1)(traced)
+    for executor, kind in SPAN_KINDS.items():
+        handler = span_report if executor == "async" else span_report_plain
+        registry.register(kind, max_attempts=2, backoff_base_seconds=0.1, executor=executor)(handler)
     registry.register("stall.first", backoff_base_seconds=0.1)(stall_first)
     registry.register("plain.echo", max_attempts=2)(plain_echo)
     registry.register("pushed.twice", max_attempts=1)(pushed_back_twice)
@@ -130,6 +136,30 @@ async def traced(ctx: JobContext) -> bytes:
     if ctx.attempt <= spec.get("fail_times", 0):
         raise RetryableError(f"attempt {ctx.attempt} failed")
     return json.dumps({"traceparent": ctx.traceparent, "tracestate": ctx.tracestate}).encode()
+
+
+def span_report_plain(ctx: JobContext) -> bytes:
+    """Reports, as JSON, the span current when it is called and the one it starts itself, as an
+    instrumented library would; fails its first `fail_times` attempts after that."""
+    # Imported here: a worker without OpenTelemetry loads this module too.
+    from opentelemetry import trace
+
+    current = trace.get_current_span().get_span_context()
+    with trace.get_tracer("tests.handlers").start_as_current_span(HANDLER_SPAN) as own:
+        started = own.get_span_context()
+    if ctx.attempt <= json.loads(ctx.payload or b"{}").get("fail_times", 0):
+        raise RetryableError(f"attempt {ctx.attempt} failed")
+    report = {
+        "current": [f"{current.trace_id:032x}", f"{current.span_id:016x}"],
+        "started": [f"{started.trace_id:032x}", f"{started.span_id:016x}"],
+        "traceparent": ctx.traceparent,
+        "pid": os.getpid(),
+    }
+    return json.dumps(report).encode()
+
+
+async def span_report(ctx: JobContext) -> bytes:
+    return span_report_plain(ctx)
 
 
 def plain_echo(ctx: JobContext) -> bytes:

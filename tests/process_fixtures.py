@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -169,7 +169,7 @@ class ServiceStack:
     def api_target(self) -> str:
         return f"127.0.0.1:{self.api_port}"
 
-    def _spawn(self, name: str, module: str, env: dict[str, str]) -> ServiceProcess:
+    def _spawn(self, name: str, module: str, env: dict[str, str], launcher: Sequence[str] = ()) -> ServiceProcess:
         metrics_port = free_port()
         full_env = {
             **os.environ,
@@ -181,7 +181,7 @@ class ServiceStack:
         log_path = self.workdir / f"{name}.log"
         with log_path.open("wb") as log_file:
             popen = subprocess.Popen(
-                [sys.executable, "-m", module],
+                [*launcher, sys.executable, "-m", module],
                 cwd=REPO_ROOT,
                 env=full_env,
                 stdout=log_file,
@@ -212,8 +212,11 @@ class ServiceStack:
         )
         return process
 
-    def start_worker(self, name: str, module: str = "worker_service", **env: str) -> ServiceProcess:
-        """Starts a worker replica (`python -m module`) and waits until it has announced itself."""
+    def start_worker(
+        self, name: str, module: str = "worker_service", launcher: Sequence[str] = (), **env: str
+    ) -> ServiceProcess:
+        """Starts a worker replica (`python -m module`, after `launcher` such as opentelemetry-instrument)
+        and waits until it has announced itself."""
         process = self._spawn(
             name,
             module,
@@ -224,6 +227,7 @@ class ServiceStack:
                 **FAST_WORKER_ENV,
                 **env,
             },
+            launcher,
         )
         wait_until(
             lambda: self._exited_early(process) or f"worker {name}:" in process.log_text(),

@@ -1,5 +1,5 @@
--- The migrated schema, normalised. Written by tests/test_migrations.py; refresh it with
--- JOBS_UPDATE_SCHEMA_SNAPSHOT=1 .venv/bin/pytest tests/test_migrations.py -k snapshot
+-- The migrated schema, normalised. Written by tests/integration/test_migrations.py; refresh it with
+-- JOBS_UPDATE_SCHEMA_SNAPSHOT=1 .venv/bin/pytest tests/integration/test_migrations.py -k snapshot
 
 CREATE TYPE public.delivery_set_failure_policy AS ENUM (
     'fail_set',

@@ -92,6 +92,9 @@ async def rescue_leases(
         _Sweep("lease", lease_store.rescue_expired_leases, PassedOver(pass_over_seconds)),
         _Sweep("deadline", lease_store.fail_past_deadline, PassedOver(pass_over_seconds)),
     )
+    for sweep in sweeps:
+        # At 0 from the start: an alert on its increase must see the first rejection too.
+        metrics.sweep_rejected.labels(sweep.name)
     while True:
         for sweep in sweeps:
             await _sweep_once(db, metrics, sweep, batch_limit)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import multiprocessing
 import multiprocessing.connection
 import threading
@@ -30,6 +32,7 @@ from shared.handlers.api import (
     RetryableError,
     StopSignal,
 )
+from worker_service import tracing
 
 # A process handler still running this long after its stop was requested is terminated.
 PROCESS_STOP_GRACE_SECONDS_DEFAULT = 2.0
@@ -62,14 +65,17 @@ class HandlerExecutors:
         # forkserver: children fork from a clean server process (never from this threaded, event-looped
         # one) with the handler modules already imported, so a child starts in milliseconds.
         self._processes = multiprocessing.get_context("forkserver")
-        self._processes.set_forkserver_preload(["shared.handlers", *preload_modules])
+        self._processes.set_forkserver_preload(["shared.handlers", __name__, *preload_modules])
         self._stop_grace = stop_grace_seconds
 
     async def run(self, spec: HandlerSpec, context: JobContext) -> object:
         if spec.executor is Executor.ASYNC:
             return await spec.handler(context)  # type: ignore[misc]
         if spec.executor is Executor.THREAD:
-            return await asyncio.get_running_loop().run_in_executor(self._threads, spec.handler, context)
+            # In a copy of the caller's context variables, as asyncio.to_thread does (run_in_executor
+            # does not): the attempt's span stays the current one, and the handler's own spans nest in it.
+            run = functools.partial(contextvars.copy_context().run, spec.handler, context)
+            return await asyncio.get_running_loop().run_in_executor(self._threads, run)
         return await self._run_in_process(spec, context)
 
     def close(self) -> None:
@@ -83,7 +89,7 @@ class HandlerExecutors:
         stop = self._processes.Event()
         child = self._processes.Process(
             target=_child_main,
-            args=(sender, spec.handler, _ChildContext.of(context), stop, child_calls),
+            args=(sender, spec.handler, _ChildContext.of(context), stop, child_calls, tracing.current_carrier()),
             name=f"jobs-handler-{context.kind}",
             daemon=True,
         )
@@ -251,7 +257,18 @@ class _ChildContext:
 
     @classmethod
     def of(cls, context: JobContext) -> _ChildContext:
-        names = ("job_id", "tenant", "kind", "payload", "attempt", "max_attempts", "fencing_token", "checkpoints")
+        names = (
+            "job_id",
+            "tenant",
+            "kind",
+            "payload",
+            "attempt",
+            "max_attempts",
+            "fencing_token",
+            "checkpoints",
+            "traceparent",
+            "tracestate",
+        )
         return cls({name: getattr(context, name) for name in names})
 
 
@@ -275,7 +292,14 @@ class _ProcessStopSignal(StopSignal):
         return self._event.wait(timeout)
 
 
-def _child_main(sender: Any, handler: Any, child_context: _ChildContext, stop: ProcessEvent, calls: Any) -> None:
+def _child_main(
+    sender: Any,
+    handler: Any,
+    child_context: _ChildContext,
+    stop: ProcessEvent,
+    calls: Any,
+    trace_carrier: dict[str, str],
+) -> None:
     parent = _ParentCalls(calls)
     context = JobContext(
         **child_context.fields,
@@ -285,7 +309,8 @@ def _child_main(sender: Any, handler: Any, child_context: _ChildContext, stop: P
         dependency_source=parent,
     )
     try:
-        result = handler(context)
+        with tracing.carried_context(trace_carrier):
+            result = handler(context)
         sender.send(("ok", result))
     except (PushedBack, RetryableError) as exc:
         sender.send(("hinted", _hinted_copy(exc)))
@@ -300,6 +325,7 @@ def _child_main(sender: Any, handler: Any, child_context: _ChildContext, stop: P
     finally:
         sender.close()
         calls.close()
+        tracing.flush_spans()
 
 
 def _hinted_copy(exc: PushedBack | RetryableError) -> PushedBack | RetryableError:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import enum
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
+from shared.domain.jobs import ErrorCategory
 from shared.metric_labels import TenantLabeler
 from shared.pool_metrics import PoolStatsCollector
 from shared.process_metrics import register_process_metrics
@@ -16,12 +18,36 @@ MetricT = TypeVar("MetricT", bound=MetricWrapperBase)
 SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 
 
+class AttemptOutcome(enum.StrEnum):
+    """Every `outcome` of jobs_completed_total (docs/METRICS.md says what each means)."""
+
+    SUCCEEDED = "succeeded"
+    RETRIED = "retried"
+    FAILED = "failed"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+    RESOURCE_DELETED = "resource_deleted"
+    LEASE_LOST = "lease_lost"
+    RELEASED = "released"
+    PUSHED_BACK = "pushed_back"
+    ENDED = "ended"
+    UNREPORTED = "unreported"
+
+
+FAILURE_CATEGORIES = tuple(category.value for category in ErrorCategory)
+# An exemplar's labels: the trace and span of the attempt that made the observation.
+Exemplar = dict[str, str]
+
+
 class WorkerMetrics:
     def __init__(self, tenant_limit: int) -> None:
         self.registry = r = CollectorRegistry()
         register_process_metrics(r, "worker")
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
         self.tenant_label = TenantLabeler(tenant_limit)
+        self._kinds: set[str] = set()
+        self._tenant_labels: set[str] = set()
         self.claimed = Counter("jobs_claimed_total", "Jobs claimed (attempts started).", ["tenant", "kind"], registry=r)
         self.retries = Counter(
             "jobs_retries_total", "Claims of a job that had run before (attempt > 1).", ["tenant", "kind"], registry=r
@@ -91,23 +117,49 @@ class WorkerMetrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
-    def count_claim(self, tenant: str, kind: str, attempt: int) -> None:
+    def know_kinds(self, kinds: Iterable[str]) -> None:
+        """Creates every series of these kinds at 0, for the tenants already known and the ones to come."""
+        new = set(kinds) - self._kinds
+        self._kinds |= new
+        for kind in sorted(new):
+            self._child(self.queue_wait, kind)
+            self._child(self.execution, kind)
+            for label in sorted(self._tenant_labels):
+                self._create_tenant_kind(label, kind)
+
+    def _tenant(self, tenant: str) -> str:
+        """The tenant's label; the first time a label is seen, every series it names is created at 0.
+        rate() cannot see what a series counted before its first scrape: a series born at its first
+        failure would hide that failure from every rule and panel."""
         label = self.tenant_label(tenant)
+        if label not in self._tenant_labels:
+            self._tenant_labels.add(label)
+            for kind in sorted(self._kinds):
+                self._create_tenant_kind(label, kind)
+        return label
+
+    def _create_tenant_kind(self, label: str, kind: str) -> None:
+        self._child(self.claimed, label, kind)
+        self._child(self.retries, label, kind)
+        for outcome in AttemptOutcome:
+            self._child(self.completed, label, kind, outcome)
+        for category in FAILURE_CATEGORIES:
+            self._child(self.failures, label, kind, category)
+
+    def count_claim(self, tenant: str, kind: str, attempt: int) -> None:
+        label = self._tenant(tenant)
         self._child(self.claimed, label, kind).inc()
-        # Created with the claims series even at zero: rate() cannot see the increments a series made
-        # before its first scrape, so a retries series born at its first retry would undercount.
-        retries = self._child(self.retries, label, kind)
         if attempt > 1:
-            retries.inc()
+            self._child(self.retries, label, kind).inc()
 
     def count_failure(self, tenant: str, kind: str, category: str) -> None:
-        self._child(self.failures, self.tenant_label(tenant), kind, category).inc()
+        self._child(self.failures, self._tenant(tenant), kind, category).inc()
 
-    def count_outcome(self, tenant: str, kind: str, outcome: str) -> None:
-        self._child(self.completed, self.tenant_label(tenant), kind, outcome).inc()
+    def count_outcome(self, tenant: str, kind: str, outcome: AttemptOutcome) -> None:
+        self._child(self.completed, self._tenant(tenant), kind, outcome).inc()
 
-    def observe_queue_wait(self, kind: str, seconds: float) -> None:
-        self._child(self.queue_wait, kind).observe(seconds)
+    def observe_queue_wait(self, kind: str, seconds: float, exemplar: Exemplar | None = None) -> None:
+        self._child(self.queue_wait, kind).observe(seconds, exemplar)
 
-    def observe_execution(self, kind: str, seconds: float) -> None:
-        self._child(self.execution, kind).observe(seconds)
+    def observe_execution(self, kind: str, seconds: float, exemplar: Exemplar | None = None) -> None:
+        self._child(self.execution, kind).observe(seconds, exemplar)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Iterator, Mapping
 from typing import Any
 
 from shared.domain.jobs import ClaimedJob, JobError
@@ -23,7 +23,7 @@ from shared.process_metrics import installed_version
 
 try:
     from opentelemetry import context as otel_context
-    from opentelemetry import trace
+    from opentelemetry import propagate, trace
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError:  # the tracing extra is not installed: attempts run untraced
     trace = None  # type: ignore[assignment]
@@ -35,6 +35,9 @@ MESSAGING_SYSTEM = "durable_jobs"
 OPERATION = "process"
 # How soon a tracer provider configured after start is used, when none was at first.
 PROVIDER_RECHECK_SECONDS = 1.0
+# How long a handler's child process waits, after its result is sent, for its spans to be exported:
+# the attempt's report waits for the child to exit.
+CHILD_SPAN_FLUSH_SECONDS = 1.0
 
 
 class AttemptSpan:
@@ -61,6 +64,17 @@ class AttemptSpan:
         """The attempt ended without a result of its own: cancelled, superseded, lease lost, shutdown."""
         if self._span is not None:
             self._span.set_attribute("jobs.stop_reason", reason)
+
+    def exemplar(self) -> dict[str, str] | None:
+        """The span's trace as a Prometheus exemplar's labels, when this process records the span and its
+        trace is sampled; else None. Any other span reaches no backend from here, so a link to it would
+        lead nowhere (or, without a tracer provider, to the submitter's span instead of the attempt's)."""
+        if self._span is None or not self._span.is_recording():
+            return None
+        context = self._span.get_span_context()
+        if not (context.is_valid and context.trace_flags.sampled):
+            return None
+        return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
 
 
 NO_SPAN = AttemptSpan()
@@ -142,3 +156,36 @@ def _attributes(job: ClaimedJob) -> dict[str, str | int]:
         "jobs.tenant": job.tenant,
         "jobs.fencing_token": job.fencing_token,
     }
+
+
+def current_carrier() -> dict[str, str]:
+    """The current trace context as propagation headers, for a handler's child process; empty without
+    OpenTelemetry or outside a span."""
+    carrier: dict[str, str] = {}
+    if TRACING_AVAILABLE:
+        propagate.inject(carrier)
+    return carrier
+
+
+@contextlib.contextmanager
+def carried_context(carrier: Mapping[str, str]) -> Iterator[None]:
+    """Makes the context that `current_carrier` wrote the current one, in a handler's child process, so
+    the spans its libraries start there are children of the attempt's span."""
+    if not (TRACING_AVAILABLE and carrier):
+        yield
+        return
+    token = otel_context.attach(propagate.extract(carrier))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+def flush_spans(timeout_seconds: float = CHILD_SPAN_FLUSH_SECONDS) -> None:
+    """Exports the spans this process still buffers. A handler's child process ends with os._exit
+    (multiprocessing's way), which skips the exit hooks that would otherwise flush them."""
+    if not TRACING_AVAILABLE:
+        return
+    force_flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+    if force_flush is not None:
+        force_flush(int(timeout_seconds * 1000))

@@ -52,7 +52,7 @@ from worker_service.dependency_reader import ApiDependencyResults
 from worker_service.handler_executors import HandlerExecutors, HandlerProcessFailed
 from worker_service.health_server import WorkerHealth
 from worker_service.kind_publisher import KindPublisher
-from worker_service.metrics import WorkerMetrics
+from worker_service.metrics import AttemptOutcome, WorkerMetrics
 from worker_service.progress_reporter import ProgressReporter
 from worker_service.receipt_book import DatabaseReceiptBook
 from worker_service.settings import WorkerSettings
@@ -70,18 +70,18 @@ _MACHINERY_PATHS = (
     os.path.dirname(concurrent.futures.__file__) + os.sep,
 )
 _FAIL_OUTCOME_LABELS = {
-    JobState.RETRY_WAIT: "retried",
-    JobState.FAILED: "failed",
-    JobState.OUTCOME_UNKNOWN: "outcome_unknown",
-    JobState.CANCELLED: "cancelled",
-    JobState.PENDING: "pushed_back",
+    JobState.RETRY_WAIT: AttemptOutcome.RETRIED,
+    JobState.FAILED: AttemptOutcome.FAILED,
+    JobState.OUTCOME_UNKNOWN: AttemptOutcome.OUTCOME_UNKNOWN,
+    JobState.CANCELLED: AttemptOutcome.CANCELLED,
+    JobState.PENDING: AttemptOutcome.PUSHED_BACK,
 }
 _REFUSAL_LABELS = {
-    ReportOutcome.ACCEPTED: "succeeded",
-    ReportOutcome.LEASE_LOST: "lease_lost",
-    ReportOutcome.JOB_CANCELLED: "cancelled",
-    ReportOutcome.JOB_SUPERSEDED: "superseded",
-    ReportOutcome.RESOURCE_DELETED: "resource_deleted",
+    ReportOutcome.ACCEPTED: AttemptOutcome.SUCCEEDED,
+    ReportOutcome.LEASE_LOST: AttemptOutcome.LEASE_LOST,
+    ReportOutcome.JOB_CANCELLED: AttemptOutcome.CANCELLED,
+    ReportOutcome.JOB_SUPERSEDED: AttemptOutcome.SUPERSEDED,
+    ReportOutcome.RESOURCE_DELETED: AttemptOutcome.RESOURCE_DELETED,
 }
 
 
@@ -134,6 +134,7 @@ class Worker:
         self._db = db
         self._api = api
         self._metrics = metrics
+        metrics.know_kinds(registry.kinds())
         self._batcher = CompletionBatcher(
             api, flush_seconds=settings.completion_flush_seconds, batch_max=settings.completion_batch_max
         )
@@ -322,7 +323,6 @@ class Worker:
         self._active[job.job_id] = active
         self._new_lease.set()
         self._metrics.count_claim(job.tenant, job.kind, job.attempt)
-        self._metrics.observe_queue_wait(job.kind, max((job.claimed_at - job.queued_since).total_seconds(), 0.0))
         log.debug("claimed", extra=active.log_fields)
         self._signal(Signal.CLAIMED, job.job_id)
         active.task = asyncio.create_task(self._run(active), name=f"job-{job.job_id}")
@@ -330,6 +330,10 @@ class Worker:
     async def _run(self, active: ActiveJob) -> None:
         try:
             with self._tracer.attempt(active.claimed) as active.span:
+                # Observed inside the attempt's span, so the observation can name its trace.
+                job = active.claimed
+                waited = max((job.claimed_at - job.queued_since).total_seconds(), 0.0)
+                self._metrics.observe_queue_wait(job.kind, waited, active.span.exemplar())
                 await self._execute_and_report(active)
         except Exception:  # noqa: BLE001 - one job's bug must not stop the replica
             log.exception("job runner failed", extra=active.log_fields)
@@ -351,7 +355,7 @@ class Worker:
             if reason is None:
                 raise
             _uncancel_current_task()
-            self._metrics.observe_execution(job.kind, time.monotonic() - started)
+            self._metrics.observe_execution(job.kind, time.monotonic() - started, active.span.exemplar())
             await self._after_stop(active, reason)
             return
         except LeaseLost:
@@ -371,7 +375,7 @@ class Worker:
             error = exc.error
         except Exception as exc:  # noqa: BLE001 - unclassified failures are retryable by contract
             error = _unclassified(exc, active.context)
-        self._metrics.observe_execution(job.kind, time.monotonic() - started)
+        self._metrics.observe_execution(job.kind, time.monotonic() - started, active.span.exemplar())
         if error is not None:
             active.span.failed(error)
         active.reporting = True
@@ -429,7 +433,7 @@ class Worker:
             self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[outcome])
             self._refused(active, outcome)
             return
-        self._metrics.count_outcome(job.tenant, job.kind, _FAIL_OUTCOME_LABELS.get(outcome, "failed"))
+        self._metrics.count_outcome(job.tenant, job.kind, _FAIL_OUTCOME_LABELS.get(outcome, AttemptOutcome.FAILED))
         # A cancel on request travels as a failure, but is none; nor is a pushback.
         if outcome is not JobState.CANCELLED and not (hint and hint.pushed_back):
             self._metrics.count_failure(job.tenant, job.kind, error.category.value)
@@ -464,18 +468,19 @@ class Worker:
                 self._unreported(active, exc)
                 return
             self._signal(Signal.REPORTED, job.job_id, "released", state.value)
-            label = "released" if not isinstance(state, ReportOutcome) else _REFUSAL_LABELS[state]
+            label = AttemptOutcome.RELEASED if not isinstance(state, ReportOutcome) else _REFUSAL_LABELS[state]
             self._metrics.count_outcome(job.tenant, job.kind, label)
             log.info("released at shutdown", extra=active.log_fields)
             return
         if reason is StopReason.LEASE_EXPIRED:
             self._metrics.leases_lost.inc()
-            self._metrics.count_outcome(job.tenant, job.kind, "lease_lost")
+            self._metrics.count_outcome(job.tenant, job.kind, AttemptOutcome.LEASE_LOST)
             log.warning("stopped: lease expired with no heartbeat answered; not reported", extra=active.log_fields)
             return
         if reason is StopReason.LEASE_LOST:
             self._metrics.leases_lost.inc()
-        self._metrics.count_outcome(job.tenant, job.kind, "lease_lost" if reason is StopReason.LEASE_LOST else "ended")
+        outcome = AttemptOutcome.LEASE_LOST if reason is StopReason.LEASE_LOST else AttemptOutcome.ENDED
+        self._metrics.count_outcome(job.tenant, job.kind, outcome)
         log.info("stopped: %s", reason.value, extra=active.log_fields)
 
     def _refused(self, active: ActiveJob, outcome: ReportOutcome) -> None:
@@ -485,7 +490,7 @@ class Worker:
 
     def _unreported(self, active: ActiveJob, exc: Exception) -> None:
         job = active.claimed
-        self._metrics.count_outcome(job.tenant, job.kind, "unreported")
+        self._metrics.count_outcome(job.tenant, job.kind, AttemptOutcome.UNREPORTED)
         self._signal(Signal.UNREPORTED, job.job_id, detail=str(exc))
         log.warning("could not report (%s); the lease will expire and the job run again", exc, extra=active.log_fields)
 

@@ -1,6 +1,6 @@
 // A JobService caller in Node, built from the .proto files alone (no generated code of ours): it submits
 // an echo job, watches it to its end, reads its result, and decodes the google.rpc details of a refused
-// submission. tests/test_node_client.py runs it against the real API; it prints one JSON line.
+// submission. tests/process/test_node_client.py runs it against the real API; it prints one JSON line.
 //
 // Environment: JOBS_API_TARGET (host:port), JOBS_TOKEN (a tenant's bearer token), JOBS_PAYLOAD (text).
 

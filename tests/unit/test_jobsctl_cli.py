@@ -36,7 +36,7 @@ from jobsctl.rpc_errors import describe
 from jobsctl.submit_batch import BatchLine, chunked, read_batch
 from jobsctl.watch import EXIT_BY_SETTLED_STATE, StatusLine, follow
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -16,7 +16,7 @@ from tests.metric_catalog import RULES, exported_sample_names, metric_names, rul
 
 pytestmark = pytest.mark.timeout(60)
 
-PROMETHEUS_DIR = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
+PROMETHEUS_DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 EXAMPLE_CONFIG = PROMETHEUS_DIR / "prometheus.yml"
 RULE_TESTS = sorted((PROMETHEUS_DIR / "tests").glob("*.yaml"))
 

@@ -5,7 +5,7 @@ The schema snapshot (tests/schema_snapshot.sql) is `pg_dump --schema-only --no-o
 migrated database, normalised. After adding a migration or changing a routine, refresh it and review
 the diff:
 
-    JOBS_UPDATE_SCHEMA_SNAPSHOT=1 .venv/bin/pytest tests/test_migrations.py -k snapshot
+    JOBS_UPDATE_SCHEMA_SNAPSHOT=1 .venv/bin/pytest tests/integration/test_migrations.py -k snapshot
 
 Every migration's checksum is recorded in tests/landed_migrations.sha256 (add a new one's line with
 `cd shared/storage/migrations && sha256sum NNNN_name.sql`); once it has landed on the main branch, the
@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -46,14 +45,15 @@ from tests.db_fixtures import _HOST_TAG
 
 pytestmark = pytest.mark.timeout(30)
 
-SNAPSHOT_PATH = Path(__file__).with_name("schema_snapshot.sql")
-LANDED_CHECKSUMS_PATH = Path(__file__).with_name("landed_migrations.sha256")
-MIGRATIONS_FOLDER = Path(__file__).parents[1] / "shared" / "storage" / "migrations"
+TESTS_DIR = Path(__file__).resolve().parents[1]
+SNAPSHOT_PATH = TESTS_DIR / "schema_snapshot.sql"
+LANDED_CHECKSUMS_PATH = TESTS_DIR / "landed_migrations.sha256"
+MIGRATIONS_FOLDER = TESTS_DIR.parent / "shared" / "storage" / "migrations"
 UPDATE_SNAPSHOT_ENV = "JOBS_UPDATE_SCHEMA_SNAPSHOT"
 PG_DUMP_ENV = "JOBS_TEST_PG_DUMP"
 SNAPSHOT_HEADER = (
-    "-- The migrated schema, normalised. Written by tests/test_migrations.py; refresh it with\n"
-    f"-- {UPDATE_SNAPSHOT_ENV}=1 .venv/bin/pytest tests/test_migrations.py -k snapshot\n"
+    "-- The migrated schema, normalised. Written by tests/integration/test_migrations.py; refresh it with\n"
+    f"-- {UPDATE_SNAPSHOT_ENV}=1 .venv/bin/pytest tests/integration/test_migrations.py -k snapshot\n"
 )
 CONCURRENT_MIGRATORS = 4
 # Lines of a dump that vary between runs or servers without saying anything about the schema:
@@ -78,42 +78,6 @@ def _pg_dump_matching_server(database_url: str) -> str:
     if client_major is None or int(client_major[1]) != server_major:
         pytest.fail(f"the snapshot needs pg_dump {server_major}, found {client.strip()}; set {PG_DUMP_ENV}")
     return pg_dump
-
-
-@pytest.fixture
-def sql_ascii_database_url(empty_database_url: str) -> Iterator[str]:
-    """A database of the kind initdb makes without a UTF-8 locale, on the test server."""
-    url = empty_database_url.rsplit("/", 1)[0] + "/" + empty_database_url.rsplit("/", 1)[1] + "_ascii"
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(empty_database_url, autocommit=True) as admin:
-        admin.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE template0 ENCODING 'SQL_ASCII' LC_COLLATE 'C' LC_CTYPE 'C'").format(
-                sql.Identifier(name)
-            )
-        )
-    try:
-        yield url
-    finally:
-        with psycopg.connect(empty_database_url, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
-def test_migrate_refuses_a_database_that_is_not_utf8_in_one_line(sql_ascii_database_url):
-    completed = subprocess.run(
-        [sys.executable, "-m", "api_service", "migrate"],
-        env={**os.environ, "DATABASE_URL": sql_ascii_database_url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=Path(__file__).resolve().parent.parent,
-    )
-
-    assert completed.returncode == 1
-    lines = completed.stderr.strip().splitlines()
-    assert len(lines) == 1, completed.stderr
-    assert "SQL_ASCII" in lines[0] and "UTF-8" in lines[0]
-    with psycopg.connect(sql_ascii_database_url) as conn:
-        assert conn.execute("SELECT to_regclass('schema_migrations')").fetchone()[0] is None
 
 
 def test_migrating_twice_applies_nothing_the_second_time(empty_database_url):

@@ -19,7 +19,7 @@ from shared.storage.migrator import available_migrations, migrate
 from tests import factories
 from tests.conditions import wait_until
 from tests.database_roles import ServiceLogins
-from tests.test_limit_races import _claim_and_complete
+from tests.integration.test_limit_races import _claim_and_complete
 from worker_service.background_loops import tend_running_tallies
 from worker_service.metrics import WorkerMetrics
 

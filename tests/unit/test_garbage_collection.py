@@ -12,7 +12,7 @@ import pytest
 
 from shared.garbage_collection import YOUNG_GENERATION_THRESHOLD, pace_garbage_collector
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

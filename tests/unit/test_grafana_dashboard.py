@@ -12,7 +12,7 @@ from tests.metric_catalog import exported_sample_names, metric_names, rule_names
 
 pytestmark = pytest.mark.timeout(30)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO_ROOT / "deploy" / "grafana" / "dashboards" / "jobs.json"
 # Links and provisioning point at this uid; changing it breaks every bookmark.
 DASHBOARD_UID = "jobs-overview"
@@ -87,3 +87,25 @@ def test_the_metric_name_parser_reads_selectors_and_skips_functions_labels_and_v
     )
     assert metric_names(expr) == {"jobs_queue_wait_seconds_bucket", "tenant:jobs_retry_rate:ratio_rate5m"}
     assert metric_names('label_values({__name__=~"a_total|b"}, tenant)') == {"a_total", "b"}
+
+
+def test_the_latency_panels_ask_for_exemplars_and_nothing_else_does(dashboard: dict) -> None:
+    """A point on a latency line links to the trace of an attempt in that bucket (docs/METRICS.md)."""
+    asking = {p["title"] for p in _panels(dashboard) for t in p["targets"] if t.get("exemplar")}
+    assert asking == {"Queue wait percentiles", "Execution time percentiles"}
+    for panel in _panels(dashboard):
+        if panel["title"] in asking:
+            assert all(t.get("exemplar") for t in panel["targets"]), panel["title"]
+            assert all("_bucket" in t["expr"] for t in panel["targets"]), "exemplars ride on the buckets"
+
+
+def test_only_panels_whose_zero_lines_say_nothing_hide_them(dashboard: dict) -> None:
+    hiding = set()
+    for panel in _panels(dashboard):
+        for override in panel.get("fieldConfig", {}).get("overrides", []):
+            matcher = override["matcher"]
+            if matcher["id"] == "byValue" and matcher["options"].get("reducer") == "allIsZero":
+                assert override["properties"][0]["value"] == {"legend": True, "tooltip": True, "viz": True}
+                hiding.add(panel["title"])
+    # Failures by category keeps its lines at 0: no failure is what the operator looks for there.
+    assert hiding == {"Throughput", "gRPC requests by service and code"}

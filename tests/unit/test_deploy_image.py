@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 BASE_IMAGE = "python:3.11-slim"
 ENTRY_MODULES = ("api_service.__main__", "worker_service.__main__", "jobsctl.__main__")

@@ -12,7 +12,7 @@ import pytest
 
 from jobs.v1 import jobs_pb2, worker_pb2
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 API_DOC = REPO_ROOT / "docs" / "API.md"
 
 pytestmark = pytest.mark.timeout(60)

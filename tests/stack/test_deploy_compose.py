@@ -22,7 +22,7 @@ from tests.deploy_manifests import RecordingEnv
 from tests.process_fixtures import ServiceStack, wait_until
 from worker_service.settings import WorkerSettings
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO_ROOT / "deploy" / "compose.yaml"
 COMPOSE_DIR = COMPOSE_FILE.parent
 ENTRY_POINTS = {

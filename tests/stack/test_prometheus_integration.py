@@ -1,5 +1,6 @@
 """A real Prometheus (Debian's package) scrapes the real API and two workers on loopback, evaluates the
-shipped rules, and ranks the tenant with more retries first.
+shipped rules, and ranks the tenant with more retries first. tests/stack/test_dashboard_against_database.py
+checks every panel and ratio against the database the same way.
 
 The binary must be there (`make system-deps`): a missing one fails the test rather than skipping it.
 """
@@ -7,118 +8,20 @@ The binary must be there (`make system-deps`): a missing one fails the test rath
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
-import urllib.parse
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from jobs.v1 import jobs_pb2
-from tests.process_fixtures import ServiceProcess, ServiceStack, free_port, wait_until
+from tests.process_fixtures import ServiceProcess, ServiceStack, wait_until
+from tests.prometheus_server import PrometheusServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
-RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "rules.yaml"
 RETRY_RATE_RULE = "tenant:jobs_retry_rate:ratio_rate5m"
-# Shorter than anything a deployment would use, so the test sees scrapes and rule results in seconds.
-SCRAPE_AND_EVALUATION_INTERVAL = "1s"
-PROMETHEUS_READY_TIMEOUT_SECONDS = 20.0
 FLAKY_JOBS_PER_TENANT = 12
 WARM_UP_ROUNDS_MAX = 10
-
-
-@dataclass
-class PrometheusServer:
-    popen: subprocess.Popen
-    port: int
-    log_path: Path
-
-    def query(self, promql: str) -> list[dict]:
-        """The instant vector a query returns now, as Prometheus's HTTP API answers it."""
-        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-        with urllib.request.urlopen(url, timeout=5) as response:
-            body = json.load(response)
-        assert body["status"] == "success", body
-        return body["data"]["result"]
-
-    def values_by(self, promql: str, label: str) -> dict[str, float]:
-        return {sample["metric"].get(label, ""): float(sample["value"][1]) for sample in self.query(promql)}
-
-    def ready(self) -> bool:
-        if self.popen.poll() is not None:
-            pytest.fail(f"prometheus exited with {self.popen.returncode}:\n{self.log_path.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=1) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-
-@pytest.fixture
-def start_prometheus(tmp_path: Path) -> Iterator:
-    servers: list[PrometheusServer] = []
-
-    def start(api: ServiceProcess, workers: list[ServiceProcess]) -> PrometheusServer:
-        binary = shutil.which("prometheus")
-        if binary is None:
-            pytest.fail("the prometheus binary is not on PATH; install it with `make system-deps`")
-        config = tmp_path / "prometheus.yml"
-        # JSON is YAML: no YAML library needed to write Prometheus's configuration.
-        config.write_text(
-            json.dumps(
-                {
-                    "global": {
-                        "scrape_interval": SCRAPE_AND_EVALUATION_INTERVAL,
-                        "scrape_timeout": SCRAPE_AND_EVALUATION_INTERVAL,
-                        "evaluation_interval": SCRAPE_AND_EVALUATION_INTERVAL,
-                    },
-                    "rule_files": [str(RULES)],
-                    "scrape_configs": [
-                        {"job_name": "jobs-api", "static_configs": [{"targets": [f"127.0.0.1:{api.metrics_port}"]}]},
-                        {
-                            "job_name": "jobs-worker",
-                            "static_configs": [{"targets": [f"127.0.0.1:{w.metrics_port}" for w in workers]}],
-                        },
-                    ],
-                }
-            )
-        )
-        port = free_port()
-        log_path = tmp_path / "prometheus.log"
-        with log_path.open("wb") as log_file:
-            popen = subprocess.Popen(
-                [
-                    binary,
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                    "--log.level=warn",
-                ],
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        server = PrometheusServer(popen, port, log_path)
-        servers.append(server)
-        wait_until(server.ready, timeout=PROMETHEUS_READY_TIMEOUT_SECONDS, interval=0.2, what="prometheus")
-        return server
-
-    try:
-        yield start
-    finally:
-        for server in servers:
-            server.popen.terminate()
-            try:
-                server.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                server.popen.kill()
-                server.popen.wait()
 
 
 def _flaky(fail_times: int) -> jobs_pb2.SubmitJobRequest:

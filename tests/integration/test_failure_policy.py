@@ -214,7 +214,8 @@ async def test_rows_the_database_refuses_are_passed_over_and_every_other_row_is_
 
     # Once the cause is gone, a row passed over is swept like any other when its time is up.
     sync_db.execute("DROP TRIGGER refuse_poison ON jobs")
-    async with sweeping(db, WorkerMetrics(10), batch_limit=batch_limit, pass_over_seconds=0):
+    fresh = WorkerMetrics(10)
+    async with sweeping(db, fresh, batch_limit=batch_limit, pass_over_seconds=0):
         await wait_until(
             lambda: (
                 {state_of(sync_db, c.job_id) for c in poisoned} == {JobState.RETRY_WAIT}
@@ -223,6 +224,10 @@ async def test_rows_the_database_refuses_are_passed_over_and_every_other_row_is_
             within_seconds=SWEPT_WITHIN_SECONDS,
             what="the rows once refused swept",
         )
+    # Nothing refused this time, and the series say so: they exist at 0 from the sweeps' start, so an
+    # alert on their increase would see the first rejection.
+    for sweep in ("lease", "deadline"):
+        assert fresh.registry.get_sample_value("jobs_sweep_rejected_total", {"sweep": sweep}) == 0
 
 
 async def test_manual_retries_are_not_capped_and_the_backoff_stays_bounded(db, sync_db, reports):
