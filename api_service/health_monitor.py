@@ -16,6 +16,13 @@ READINESS_SERVICES = ("", "jobs.v1.JobService", "jobs.v1.WorkerService")
 LIVENESS_SERVICE = "liveness"
 
 
+async def not_serving_yet(servicer: health.aio.HealthServicer) -> None:
+    """Readiness before the first check: grpc's servicer starts the server's overall status ("") as
+    SERVING, which a probe could read before the database was ever asked."""
+    for service in READINESS_SERVICES:
+        await servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+
 class HealthMonitor:
     def __init__(
         self,
@@ -37,15 +44,19 @@ class HealthMonitor:
         """Pings forever; cancelled at shutdown."""
         await self._servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         while True:
-            answers = await self._db.ping(timeout_seconds=self._interval * 2)
-            await self._set(answers and (self._started is None or self._started.is_set()))
+            if not await self._db.ping(timeout_seconds=self._interval * 2):
+                await self._set(False, logging.WARNING, "database unreachable")
+            elif self._started is not None and not self._started.is_set():
+                await self._set(False, logging.INFO, "database reachable; the built-in job kinds not published yet")
+            else:
+                await self._set(True, logging.INFO, "database reachable")
             await asyncio.sleep(self._interval)
 
-    async def _set(self, serving: bool) -> None:
+    async def _set(self, serving: bool, level: int, why: str) -> None:
         if serving == self._serving:
             return
         self._serving = serving
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         for service in READINESS_SERVICES:
             await self._servicer.set(service, status)
-        log.log(logging.INFO if serving else logging.WARNING, "database %s", "reachable" if serving else "unreachable")
+        log.log(level, "%s", why)

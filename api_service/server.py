@@ -13,7 +13,7 @@ from prometheus_client import start_http_server
 
 from api_service.admin_servicer import AdminServicer
 from api_service.console.server import ConsoleServer
-from api_service.health_monitor import HealthMonitor
+from api_service.health_monitor import HealthMonitor, not_serving_yet
 from api_service.interceptors import ServiceInterceptor
 from api_service.job_change_hub import JobChangeHub
 from api_service.job_servicer import JobServicer
@@ -141,6 +141,7 @@ async def serve(settings: ApiSettings) -> None:
     )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(AdminConfig(db), AdminJobs(db, queries)), server)
     health_servicer = health.aio.HealthServicer()
+    await not_serving_yet(health_servicer)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     ServerReflection(
         DescriptorFiles.for_api(),
