@@ -207,7 +207,7 @@ async def test_a_replica_whose_session_was_killed_stops_exporting_before_another
 
         killed = sync_db.one(
             "SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity"
-            " WHERE application_name = 'jobs-tests-exporter-0'"
+            " WHERE application_name = 'jobs-tests-exporter-0' AND datname = current_database()"
         )
         assert killed["killed"]
 
@@ -256,6 +256,25 @@ async def test_a_snapshot_read_without_the_lock_is_never_published(db, database_
         assert other._session.holds_lock
         await exporter.refresh_once()
         assert replicas.exporting() == [False, False]
+    finally:
+        await replicas.close()
+
+
+async def test_a_paused_kind_is_exported_so_that_alerts_tell_a_pause_from_a_stall(db, database_url, sync_db) -> None:
+    await factories.insert_jobs(db, 1, tenant=TenantId("acme"))
+    factories.pause_kind(sync_db, "echo")
+    clock = FakeClock()
+    replicas = Replicas(database_url, clock)
+    exporter = replicas.refreshers[0]
+    try:
+        await exporter.refresh_once()
+        clock.advance(VALID_SECONDS)
+        await exporter.refresh_once()
+        assert _scrape(replicas.collectors[0])["jobs_kind_paused"] == {'{kind="echo"}': 1.0}
+
+        sync_db.execute("DELETE FROM kind_pauses")
+        await exporter.refresh_once()
+        assert "jobs_kind_paused" not in _scrape(replicas.collectors[0])
     finally:
         await replicas.close()
 
