@@ -15,6 +15,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from shared.domain.errors import Unavailable
 from shared.env_settings import SettingsError
+from shared.storage.connection_watchdog import SilenceWatch
 from shared.storage.database import Connection, Database
 from shared.storage.database_settings import DatabaseSettings
 from shared.storage.fault_injection import StatementFaults, pool_connection_kwargs
@@ -37,16 +38,19 @@ class ScriptedRandom(random.Random):
 
 
 async def _open(database_url: str, faults: StatementFaults) -> Database:
+    """As Database.open, with faults whose choices the test scripts."""
+    watch = SilenceWatch(database_url, "jobs-tests")
     pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
         database_url,
         connection_class=Connection,
         min_size=1,
         max_size=2,
         kwargs={"row_factory": dict_row, **pool_connection_kwargs(faults)},
+        configure=watch.configure,
         open=False,
     )
     await pool.open(wait=True)
-    return Database(pool, faults=faults)
+    return Database(pool, watch, faults=faults)
 
 
 def _actions(database_url: str, actor: str) -> int:
