@@ -126,17 +126,30 @@ async def set_tenant(conn: Connection, tenant: str) -> None:
     await conn.execute(queries.SESSION_SCOPE_TENANT, {"tenant": tenant})
 
 
-async def _scope(conn: Connection, tenant: str | None, seconds_left: float | None) -> None:
-    """One round trip at most, and none for a transaction that needs neither setting."""
+async def _begin(conn: Connection, tenant: str | None, seconds_left: float | None) -> None:
+    """Starts the transaction. One with settings (a tenant, a deadline) sends its BEGIN and its settings in
+    one round trip: psycopg would wait for the answer to its own BEGIN before sending the settings, a
+    round trip of its own for every call (a worker's CompleteJobs: BEGIN, the deadline, the completion,
+    COMMIT). One without leaves BEGIN to psycopg, which sends it before the first statement. Either way
+    the pool commits or rolls back the transaction when it takes the connection back."""
+    scope: str
+    params: dict[str, str]
     if seconds_left is None:
-        if tenant is not None:
-            await set_tenant(conn, tenant)
-        return
-    timeout_ms = str(max(1, int(seconds_left * 1000)))
-    if tenant is None:
-        await conn.execute(queries.SESSION_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms})
+        if tenant is None:
+            await conn.set_autocommit(False)
+            return
+        scope, params = queries.SESSION_SCOPE_TENANT, {"tenant": tenant}
     else:
-        await conn.execute(queries.SESSION_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms})
+        timeout_ms = str(max(1, int(seconds_left * 1000)))
+        if tenant is None:
+            scope, params = queries.SESSION_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms}
+        else:
+            scope, params = queries.SESSION_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms}
+    # In autocommit mode psycopg sends no BEGIN of its own: ours goes in the pipeline with the settings.
+    await conn.set_autocommit(True)
+    async with conn.pipeline():
+        await conn.execute(queries.SESSION_BEGIN)
+        await conn.execute(scope, params)
 
 
 class Database:
@@ -186,7 +199,7 @@ class Database:
             wait = self._acquire_timeout if seconds_left is None else min(self._acquire_timeout, seconds_left)
             async with self._pool.connection(timeout=wait) as conn:
                 try:
-                    await _scope(conn, tenant, seconds_left)
+                    await _begin(conn, tenant, seconds_left)
                     yield conn
                 except psycopg.errors.ReadOnlySqlTransaction:
                     # The pool would keep a connection to a server that no longer takes writes, and
