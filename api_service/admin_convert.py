@@ -10,7 +10,7 @@ from shared.domain.jobs import Job
 
 
 def limit_spec_from_proto(request: admin_pb2.SetLimitRequest) -> LimitSpec:
-    return LimitSpec(request.key, request.max_running, request.rate_per_second, request.burst)
+    return LimitSpec.requested(request.key, request.max_running, request.rate_per_second, request.burst)
 
 
 def limit_to_proto(limit: Limit) -> admin_pb2.Limit:

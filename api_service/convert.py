@@ -14,7 +14,7 @@ from google.protobuf.message import Message
 
 from jobs.v1 import jobs_pb2, worker_pb2
 from shared.domain.checkpoints import Checkpoint, Progress, ProgressReport
-from shared.domain.delivery_sets import DeliverySet, FailurePolicy, NewDeliverySet, SetState
+from shared.domain.delivery_sets import DeliverySet, FailurePolicy, NewDeliverySet, SetCursor, SetState
 from shared.domain.errors import FieldViolation, InvalidArgument
 from shared.domain.ids import FencingToken, JobId
 from shared.domain.jobs import (
@@ -388,7 +388,29 @@ def delivery_set_to_proto(found: DeliverySet) -> jobs_pb2.DeliverySet:
         fan_in=job_to_proto(found.fan_in) if found.fan_in else None,
         fan_in_result=result_to_proto(found.fan_in_result) if found.fan_in_result else None,
         created_at=_timestamp(found.created_at),
+        next_page_token=encode_set_token(found.next_cursor),
     )
+
+
+def encode_set_token(cursor: SetCursor | None) -> str:
+    if cursor is None:
+        return ""
+    raw = json.dumps({"s": cursor.set_id, "a": cursor.after_name, "r": cursor.with_results}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_set_token(token: str) -> SetCursor | None:
+    """An empty token is the first page; anything not produced by encode_set_token is refused."""
+    if not token:
+        return None
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        cursor = SetCursor(str(uuid.UUID(raw["s"])), raw["a"], raw["r"])
+        if not isinstance(cursor.after_name, str) or not isinstance(cursor.with_results, bool):
+            raise TypeError(raw)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise InvalidArgument(FieldViolation("page_token", "is not a token from a previous page")) from None
+    return cursor
 
 
 def deletion_to_proto(deletion: Deletion) -> jobs_pb2.DeleteResourceResponse:
@@ -441,6 +463,7 @@ def schedule_to_proto(schedule: Schedule) -> jobs_pb2.Schedule:
             priority=template.priority,
             max_attempts=template.max_attempts,
             labels=template.labels,
+            limit_keys=list(template.limit_keys),
         ),
         cron=schedule.spec.cron,
         time_zone=schedule.spec.time_zone,

@@ -154,13 +154,15 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         return jobs_pb2.SubmitDeliverySetResponse(set=convert.delivery_set_to_proto(stored), created=created)
 
     async def GetDeliverySet(self, request: jobs_pb2.GetDeliverySetRequest, context: Context) -> jobs_pb2.DeliverySet:
-        found = await self._sets.get(_tenant(), request.resource_key, request.resource_version)
+        after = convert.decode_set_token(request.page_token)
+        found = await self._sets.get(_tenant(), request.resource_key, request.resource_version, after)
         return convert.delivery_set_to_proto(found)
 
     async def GetLatestDeliverySet(
         self, request: jobs_pb2.GetLatestDeliverySetRequest, context: Context
     ) -> jobs_pb2.DeliverySet:
-        return convert.delivery_set_to_proto(await self._sets.latest_complete(_tenant(), request.resource_key))
+        after = convert.decode_set_token(request.page_token)
+        return convert.delivery_set_to_proto(await self._sets.latest_complete(_tenant(), request.resource_key, after))
 
     def _schedule_service(self) -> ScheduleService:
         if self._schedules is None:

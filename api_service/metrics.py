@@ -75,8 +75,10 @@ class ReportMetrics:
             ["reason"],
             registry=registry,
         )
+        # An oversized result is refused by its size, not by the fence: its attempt fails and is counted
+        # with the failed ones.
         for outcome in ReportOutcome:
-            if outcome is not ReportOutcome.ACCEPTED:
+            if outcome not in (ReportOutcome.ACCEPTED, ReportOutcome.RESULT_TOO_LARGE):
                 self.fenced_rejections.labels(outcome.name)
 
     def rejected(self, outcome: ReportOutcome) -> None:

@@ -47,6 +47,8 @@ class QueueSnapshot:
     recently_failed: dict[tuple[str, str], int]  # (tenant, kind) -> jobs that ended FAILED in the window
     # Keys with an operator's limit or a hold; their number is the operators' to bound, not the tenants'.
     limits: tuple[LimitRow, ...] = ()
+    # Kinds an operator paused: their jobs wait on purpose, which alerts on waiting work must tell apart.
+    paused_kinds: tuple[str, ...] = ()
 
 
 def fold_snapshot(rows: Iterable[QueueRow], tenant_limit: int) -> QueueSnapshot:
@@ -140,6 +142,9 @@ def _families(snapshot: QueueSnapshot | None, *, exporting: bool, age: float) ->
         labels=["tenant", "kind"],
     )
     limit_families = _limit_families(snapshot.limits if snapshot is not None else ())
+    paused = GaugeMetricFamily(
+        "jobs_kind_paused", "1 for each kind an operator paused (PauseKind): its jobs wait on purpose.", labels=["kind"]
+    )
     snapshot_age = GaugeMetricFamily(
         "jobs_metrics_snapshot_age_seconds", "Time since the database gauges were last read.", value=max(age, 0.0)
     )
@@ -150,7 +155,9 @@ def _families(snapshot: QueueSnapshot | None, *, exporting: bool, age: float) ->
             oldest.add_metric(list(kind_labels), seconds)
         for kind_labels, failures in sorted(snapshot.recently_failed.items()):
             failed.add_metric(list(kind_labels), failures)
-    return [exporter, depth, oldest, failed, *limit_families, snapshot_age]
+        for kind in snapshot.paused_kinds:
+            paused.add_metric([kind], 1)
+    return [exporter, depth, oldest, failed, *limit_families, paused, snapshot_age]
 
 
 def _limit_families(limits: Iterable[LimitRow]) -> list[Metric]:
@@ -233,11 +240,14 @@ class QueueGaugeRefresher:
         started = self._clock()
         rows = await self._session.read_snapshot(failed_window_seconds=self._failed_window)
         limits = await self._session.read_limits()
+        paused_kinds = await self._session.read_paused_kinds()
         if started < term_began + self._valid_seconds:
             return  # an earlier exporter's last snapshot may still be valid in its replica
         if not self._collector.exporting:
             log.info("this replica now exports the database gauges")
-        snapshot = replace(fold_snapshot(rows, self._tenant_limit), limits=tuple(limits))
+        snapshot = replace(
+            fold_snapshot(rows, self._tenant_limit), limits=tuple(limits), paused_kinds=tuple(paused_kinds)
+        )
         self._collector.publish(snapshot, started, valid_until=started + self._valid_seconds)
 
     def _term_began(self) -> float:

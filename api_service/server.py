@@ -127,7 +127,13 @@ async def serve(settings: ApiSettings) -> None:
             submissions,
             queries,
             JobLifecycle(db),
-            JobWatch(db, hub, watch_recheck_seconds, max_streams=settings.max_watch_streams),
+            JobWatch(
+                db,
+                hub,
+                watch_recheck_seconds,
+                max_streams=settings.max_watch_streams,
+                max_streams_per_tenant=settings.max_watch_streams_per_tenant,
+            ),
             admission,
             deletions=ResourceDeletions(db),
             delivery_sets=DeliverySets(db, submissions),
@@ -136,7 +142,15 @@ async def serve(settings: ApiSettings) -> None:
         server,
     )
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(
-        WorkerServicer(WorkerReports(db, metrics.reports, lease_max_seconds=settings.lease_max_seconds)), server
+        WorkerServicer(
+            WorkerReports(
+                db,
+                metrics.reports,
+                lease_max_seconds=settings.lease_max_seconds,
+                max_result_bytes=settings.max_result_bytes,
+            )
+        ),
+        server,
     )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(AdminConfig(db), AdminJobs(db, queries)), server)
     health_servicer = health.aio.HealthServicer()

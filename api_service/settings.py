@@ -11,10 +11,11 @@ from api_service.queue_gauges import FAILED_WINDOW_SECONDS_DEFAULT, REFRESH_SECO
 from api_service.result_cache import ResultCacheLimits
 from api_service.transport_security import ServerTlsFiles
 from api_service.usecases.admission import TenantLimits
-from api_service.usecases.job_watch import STREAMS_MAX_DEFAULT
+from api_service.usecases.job_watch import STREAMS_MAX_DEFAULT, STREAMS_PER_TENANT_MAX_DEFAULT
 from api_service.usecases.kind_catalog import MAX_STALENESS_SECONDS_DEFAULT as KIND_CACHE_SECONDS_DEFAULT
 from api_service.usecases.schedule_runner import FIRES_KEPT_SECONDS_DEFAULT
 from api_service.usecases.schedule_runner import POLL_SECONDS_DEFAULT as SCHEDULER_POLL_SECONDS_DEFAULT
+from shared.domain.results import RESULT_LIMIT_BYTES_DEFAULT, RESULT_LIMIT_SETTING
 from shared.domain.submission_rules import (
     DEDUPE_WINDOW_SECONDS_DEFAULT,
     PAYLOAD_LIMIT_BYTES_DEFAULT,
@@ -52,6 +53,8 @@ class ApiSettings:
     # Workers load handler modules; the API never imports user code and only warns when this is set.
     ignored_handler_modules: tuple[str, ...]
     limits: SubmissionLimits
+    # The largest result a completion may store (JOBS_MAX_RESULT_BYTES, the workers' too).
+    max_result_bytes: int
     db_pool_max: int
     db_acquire_timeout_seconds: float
     lease_max_seconds: float
@@ -72,6 +75,7 @@ class ApiSettings:
     # up API pods added by a scale-up; 0 keeps connections for ever.
     max_connection_age_seconds: float
     max_watch_streams: int
+    max_watch_streams_per_tenant: int
     tenant_limits: TenantLimits
     # The scheduler loop that fires schedules (every replica runs one unless turned off), and how often
     # it looks for due fires when none were due.
@@ -84,7 +88,8 @@ class ApiSettings:
 
     @property
     def grpc_max_message_bytes(self) -> int:
-        return max(GRPC_MESSAGE_BYTES_MIN, 2 * self.limits.max_payload_bytes + 64 * 1024)
+        largest = max(self.limits.max_payload_bytes, self.max_result_bytes)
+        return max(GRPC_MESSAGE_BYTES_MIN, 2 * largest + 64 * 1024)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ApiSettings:
@@ -115,6 +120,7 @@ class ApiSettings:
             limits=SubmissionLimits(
                 max_payload_bytes=env_int(env, "JOBS_MAX_PAYLOAD_BYTES", PAYLOAD_LIMIT_BYTES_DEFAULT, minimum=1),
             ),
+            max_result_bytes=env_int(env, RESULT_LIMIT_SETTING, RESULT_LIMIT_BYTES_DEFAULT, minimum=1),
             db_pool_max=env_int(env, "JOBS_DB_POOL_MAX", DB_POOL_MAX_DEFAULT, minimum=2),
             db_acquire_timeout_seconds=env_float(
                 env, "JOBS_DB_ACQUIRE_TIMEOUT_SECONDS", DB_ACQUIRE_TIMEOUT_SECONDS_DEFAULT, minimum=0.1
@@ -137,6 +143,9 @@ class ApiSettings:
                 env, "JOBS_MAX_CONNECTION_AGE_SECONDS", MAX_CONNECTION_AGE_SECONDS_DEFAULT
             ),
             max_watch_streams=env_int(env, "JOBS_MAX_WATCH_STREAMS", STREAMS_MAX_DEFAULT, minimum=0),
+            max_watch_streams_per_tenant=env_int(
+                env, "JOBS_MAX_WATCH_STREAMS_PER_TENANT", STREAMS_PER_TENANT_MAX_DEFAULT, minimum=0
+            ),
             tenant_limits=_tenant_limits(env),
             scheduler_enabled=env_str(env, "JOBS_SCHEDULER_ENABLED", "true").lower() not in ("0", "false", "no"),
             scheduler_poll_seconds=env_float(

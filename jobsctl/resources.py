@@ -4,6 +4,7 @@ make one version of a resource). Their arguments are parsed in arguments.py."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from jobs.v1 import jobs_pb2
 from jobsctl.arguments import UsageError
@@ -60,18 +61,51 @@ def run_sets(call: Call, args: argparse.Namespace, console: Console) -> int:
             failure_policy=POLICIES[args.policy],
         )
         response = call.stub.SubmitDeliverySet(request, **options)
-        found = response.set
+        found = _whole_set(
+            response.set,
+            lambda token: call.stub.GetDeliverySet(
+                jobs_pb2.GetDeliverySetRequest(
+                    resource_key=args.resource_key, resource_version=args.resource_version, page_token=token
+                ),
+                **options,
+            ),
+        )
         if args.output == "text" and not response.created:
             print("already submitted earlier (same key, version and members)", file=console.stderr)
     elif args.sets_command == "show":
-        request_show = jobs_pb2.GetDeliverySetRequest(resource_key=args.resource_key, resource_version=args.version)
-        found = call.stub.GetDeliverySet(request_show, **options)
+
+        def show(token: str) -> jobs_pb2.DeliverySet:
+            request_show = jobs_pb2.GetDeliverySetRequest(
+                resource_key=args.resource_key, resource_version=args.version, page_token=token
+            )
+            shown: jobs_pb2.DeliverySet = call.stub.GetDeliverySet(request_show, **options)
+            return shown
+
+        found = _whole_set(show(""), show)
     else:
-        found = call.stub.GetLatestDeliverySet(
-            jobs_pb2.GetLatestDeliverySetRequest(resource_key=args.resource_key), **options
-        )
+
+        def latest(token: str) -> jobs_pb2.DeliverySet:
+            request_latest = jobs_pb2.GetLatestDeliverySetRequest(resource_key=args.resource_key, page_token=token)
+            latest_set: jobs_pb2.DeliverySet = call.stub.GetLatestDeliverySet(request_latest, **options)
+            return latest_set
+
+        found = _whole_set(latest(""), latest)
     print(message_json(found) if args.output == "json" else set_text(found), file=console.stdout)
     return EXIT_OK
+
+
+def _whole_set(first: jobs_pb2.DeliverySet, page: Callable[[str], jobs_pb2.DeliverySet]) -> jobs_pb2.DeliverySet:
+    """Every page of a set in one message: a set's members and results may not fit one answer."""
+    token = first.next_page_token
+    while token:
+        following = page(token)
+        first.members.extend(following.members)
+        for name in ("fan_in", "fan_in_result"):
+            if following.HasField(name):
+                getattr(first, name).CopyFrom(getattr(following, name))
+        token = following.next_page_token
+    first.next_page_token = ""
+    return first
 
 
 def set_text(found: jobs_pb2.DeliverySet) -> str:

@@ -56,6 +56,13 @@ def register(registry: HandlerRegistry) -> None:
         )
     # Its policy comes from the environment, so two replicas can disagree on it.
     registry.register("variant", max_attempts=int(os.environ.get("JOBS_TEST_VARIANT_MAX_ATTEMPTS", "2")))(plain_echo)
+    registry.register("sized.result", max_attempts=3)(sized_result)
+
+
+async def sized_result(ctx: JobContext) -> bytes:
+    """A result of the size the payload names (JSON {"bytes": n, "fill": 0..255}), from a small payload."""
+    spec = json.loads(ctx.payload)
+    return bytes([spec["fill"]]) * spec["bytes"]
 
 
 async def gather(ctx: JobContext) -> bytes:

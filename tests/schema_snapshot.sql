@@ -1367,8 +1367,11 @@ CREATE TABLE public.job_limits (
     updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
     updated_by text NOT NULL,
     CONSTRAINT job_limits_burst_check CHECK ((burst >= 1)),
+    CONSTRAINT job_limits_burst_honourable CHECK (((burst >= 1) AND (burst <= 1000000))),
     CONSTRAINT job_limits_key_check CHECK (((length(key) >= 1) AND (length(key) <= 200))),
     CONSTRAINT job_limits_max_running_check CHECK ((max_running >= 0)),
+    CONSTRAINT job_limits_max_running_honourable CHECK (((max_running >= 0) AND (max_running <= 1000000))),
+    CONSTRAINT job_limits_rate_honourable CHECK (((rate_per_second = (0)::double precision) OR ((rate_per_second >= (0.000001)::double precision) AND (rate_per_second <= ('1000000'::numeric)::double precision)))),
     CONSTRAINT job_limits_rate_per_second_check CHECK (((rate_per_second >= (0)::double precision) AND (rate_per_second < 'Infinity'::double precision)))
 );
 
@@ -1536,6 +1539,7 @@ CREATE TABLE public.schedules (
     created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
     created_by text NOT NULL,
     updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    limit_keys text[] DEFAULT '{}'::text[] NOT NULL,
     CONSTRAINT schedules_catchup_window_seconds_check CHECK ((catchup_window_seconds > 0)),
     CONSTRAINT schedules_overlap_policy_check CHECK ((overlap_policy = ANY (ARRAY['skip'::text, 'buffer_one'::text, 'allow'::text]))),
     CONSTRAINT schedules_schedule_id_check CHECK (((length(schedule_id) >= 1) AND (length(schedule_id) <= 128)))

@@ -60,7 +60,13 @@ async def run(settings: WorkerSettings) -> None:
     )
     # Before the first claim: the API accepts a kind only once some worker has published it.
     await publisher.publish()
-    api = ApiClient(settings.api_target, settings.worker_token, settings.worker_id, settings.tls)
+    api = ApiClient(
+        settings.api_target,
+        settings.worker_token,
+        settings.worker_id,
+        settings.tls,
+        max_result_bytes=settings.max_result_bytes,
+    )
     log.info(
         "worker %s: %d slots, lease %.0fs, kinds %s",
         settings.worker_id,

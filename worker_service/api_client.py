@@ -25,6 +25,7 @@ from shared.domain.jobs import (
     ReleaseReport,
     ReportOutcome,
 )
+from shared.domain.results import RESULT_LIMIT_BYTES_DEFAULT
 from shared.handlers.api import CheckpointRefused
 from shared.rpc_error_details import rpc_error_details
 from worker_service import convert
@@ -49,6 +50,8 @@ def _refusal_of(error: grpc.aio.AioRpcError) -> ReportOutcome | None:
 
 
 CALL_TIMEOUT_SECONDS = 10.0
+# gRPC's default; raised with the result limit.
+RECEIVE_BYTES_MIN = 4 * 1024 * 1024
 # A call still gets this long when its deadline is (nearly) spent: one last try rather than none.
 CALL_TIMEOUT_MIN_SECONDS = 0.5
 # The most leases one Heartbeat may carry (the API refuses more: INVALID_ARGUMENT).
@@ -67,11 +70,23 @@ class CredentialRejected(Exception):
 
 
 class ApiClient:
-    def __init__(self, target: str, token: str, worker_id: str, tls: ClientTlsFiles | None = None) -> None:
+    def __init__(
+        self,
+        target: str,
+        token: str,
+        worker_id: str,
+        tls: ClientTlsFiles | None = None,
+        *,
+        max_result_bytes: int = RESULT_LIMIT_BYTES_DEFAULT,
+    ) -> None:
+        # A page of dependency results holds a result of up to the limit: answers as large as the API's.
+        receive = [("grpc.max_receive_message_length", max(RECEIVE_BYTES_MIN, 2 * max_result_bytes + 64 * 1024))]
         if tls is None:
-            self._channel = grpc.aio.insecure_channel(target)
+            self._channel = grpc.aio.insecure_channel(target, options=receive)
         else:
-            self._channel = grpc.aio.secure_channel(target, tls.credentials(), options=tls.channel_options())
+            self._channel = grpc.aio.secure_channel(
+                target, tls.credentials(), options=[*tls.channel_options(), *receive]
+            )
         self._stub = worker_pb2_grpc.WorkerServiceStub(self._channel)
         self._metadata = (("authorization", f"Bearer {token}"), ("jobs-worker-id", worker_id))
         self._worker_id = worker_id

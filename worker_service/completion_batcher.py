@@ -11,6 +11,9 @@ from shared.domain.jobs import Completion, ReportOutcome
 from worker_service.api_client import ApiClient, ApiUnreachable
 
 log = logging.getLogger(__name__)
+# Results in one call: under the API's gRPC message limit (4 MiB at least) with room for the rest of the
+# call. A completion larger than this on its own goes alone (the API's limit grows with its result limit).
+BATCH_BYTES_MAX = 3 * 1024 * 1024
 
 
 @dataclass
@@ -20,13 +23,22 @@ class _Pending:
     deadline: float
     outcome: asyncio.Future[ReportOutcome]
 
+    @property
+    def size(self) -> int:
+        return len(self.completion.result)
+
 
 class CompletionBatcher:
-    def __init__(self, api: ApiClient, *, flush_seconds: float, batch_max: int) -> None:
+    def __init__(
+        self, api: ApiClient, *, flush_seconds: float, batch_max: int, batch_bytes_max: int = BATCH_BYTES_MAX
+    ) -> None:
         self._api = api
         self._flush_seconds = flush_seconds
         self._batch_max = batch_max
+        self._batch_bytes_max = batch_bytes_max
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        # Taken from the queue, but it would have made the last batch too large: it opens the next.
+        self._carried: _Pending | None = None
 
     async def complete(self, completion: Completion, *, deadline: float) -> ReportOutcome:
         """Resolves with the API's verdict; raises ApiUnreachable when it never answered in time."""
@@ -35,23 +47,34 @@ class CompletionBatcher:
         return await pending.outcome
 
     async def run(self) -> None:
-        """Flushes on size or after a short window, whichever comes first; cancelled at shutdown."""
+        """Flushes on count, on bytes or after a short window, whichever comes first; cancelled at shutdown."""
         while True:
-            batch = [await self._queue.get()]
+            first = self._carried or await self._queue.get()
+            self._carried = None
+            batch, size = [first], first.size
             window_ends = time.monotonic() + self._flush_seconds
             while len(batch) < self._batch_max:
-                # What is queued already is taken at once; only an empty queue waits, for the window's rest.
-                if not self._queue.empty():
-                    batch.append(self._queue.get_nowait())
-                    continue
-                remaining = window_ends - time.monotonic()
-                if remaining <= 0:
+                following = await self._next(window_ends)
+                if following is None:
                     break
-                try:
-                    batch.append(await asyncio.wait_for(self._queue.get(), remaining))
-                except TimeoutError:
+                if size + following.size > self._batch_bytes_max:
+                    self._carried = following
                     break
+                batch.append(following)
+                size += following.size
             await self._flush(batch)
+
+    async def _next(self, window_ends: float) -> _Pending | None:
+        """What is queued already is taken at once; only an empty queue waits, for the window's rest."""
+        if not self._queue.empty():
+            return self._queue.get_nowait()
+        remaining = window_ends - time.monotonic()
+        if remaining <= 0:
+            return None
+        try:
+            return await asyncio.wait_for(self._queue.get(), remaining)
+        except TimeoutError:
+            return None
 
     async def _flush(self, batch: list[_Pending]) -> None:
         deadline = max(p.deadline for p in batch)

@@ -8,6 +8,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from shared.domain.results import RESULT_LIMIT_BYTES_DEFAULT, RESULT_LIMIT_SETTING
 from shared.env_settings import env_float, env_int, env_list, env_log_level, env_optional, env_str
 from shared.metric_labels import TENANT_LIMIT_DEFAULT
 from shared.storage.database_settings import DatabaseSettings
@@ -62,6 +63,8 @@ class WorkerSettings:
     tls: ClientTlsFiles | None
     # At most one progress write per job per interval; the latest value wins.
     progress_interval_seconds: float = PROGRESS_INTERVAL_SECONDS_DEFAULT
+    # A larger result fails its attempt PERMANENT here, never sent (JOBS_MAX_RESULT_BYTES, as the API's).
+    max_result_bytes: int = RESULT_LIMIT_BYTES_DEFAULT
 
     @property
     def heartbeat_interval_seconds(self) -> float:
@@ -106,4 +109,5 @@ class WorkerSettings:
             progress_interval_seconds=env_float(
                 env, "JOBS_PROGRESS_INTERVAL_SECONDS", PROGRESS_INTERVAL_SECONDS_DEFAULT, minimum=0.05
             ),
+            max_result_bytes=env_int(env, RESULT_LIMIT_SETTING, RESULT_LIMIT_BYTES_DEFAULT, minimum=1),
         )

@@ -27,6 +27,7 @@ from shared.domain.jobs import (
     ReportOutcome,
     RetryHint,
 )
+from shared.domain.results import result_too_large
 from shared.handlers.api import (
     HandlerError,
     HandlerRegistry,
@@ -82,6 +83,8 @@ _REFUSAL_LABELS = {
     ReportOutcome.JOB_CANCELLED: AttemptOutcome.CANCELLED,
     ReportOutcome.JOB_SUPERSEDED: AttemptOutcome.SUPERSEDED,
     ReportOutcome.RESOURCE_DELETED: AttemptOutcome.RESOURCE_DELETED,
+    # The API's result limit is lower than this replica's: the API failed the attempt instead.
+    ReportOutcome.RESULT_TOO_LARGE: AttemptOutcome.FAILED,
 }
 
 
@@ -405,6 +408,12 @@ class Worker:
 
     async def _report_completion(self, active: ActiveJob, result: bytes) -> None:
         job = active.claimed
+        too_large = result_too_large(len(result), self._settings.max_result_bytes)
+        if too_large is not None:
+            # Never sent: the API would refuse it, and another attempt would return as much again.
+            active.span.failed(JobError(ErrorCategory.PERMANENT, too_large))
+            await self._report_failure(active, JobError(ErrorCategory.PERMANENT, too_large))
+            return
         try:
             outcome = await self._batcher.complete(
                 Completion(job.job_id, job.fencing_token, result), deadline=self._report_deadline()

@@ -117,11 +117,11 @@ class AdminPages:
     async def set_limit(self, request: web.Request) -> web.StreamResponse:
         operator, reason = await writer_and_reason(request)
         form = await request.post()
-        spec = LimitSpec(
+        spec = LimitSpec.requested(
             key=str(form.get("key", "")).strip(),
-            max_running=int(_number(form.get("max_running"), "max_running")),
+            max_running=_integer(form.get("max_running"), "max_running"),
             rate_per_second=_number(form.get("rate_per_second"), "rate_per_second"),
-            burst=int(_number(form.get("burst"), "burst")) or 1,
+            burst=_integer(form.get("burst"), "burst"),
         )
         await self._config.set_limit(Actor(operator.name), spec, reason)
         operator.session.flash.append(("ok", f"Limit on {spec.key} set."))
@@ -138,7 +138,7 @@ class AdminPages:
         operator, reason = await writer_and_reason(request)
         form = await request.post()
         tenant = str(form.get("tenant", "")).strip()
-        weight = int(_number(form.get("weight"), "weight"))
+        weight = _integer(form.get("weight"), "weight")
         await self._config.set_tenant_weight(Actor(operator.name), TenantId(tenant), weight, reason)
         operator.session.flash.append(("ok", f"Tenant {tenant} now weighs {weight}."))
         raise web.HTTPSeeOther("/limits")
@@ -151,6 +151,15 @@ def _number(raw: object, name: str) -> float:
         return float(text)
     except ValueError:
         raise InvalidArgument(FieldViolation(name, "must be a number")) from None
+
+
+def _integer(raw: object, name: str) -> int:
+    """A form's whole-number field; empty means 0. "2.5", "nan" or "1e400" are refused, not rounded."""
+    text = str(raw or "0").strip() or "0"
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidArgument(FieldViolation(name, "must be a whole number")) from None
 
 
 def _flash_outcome(flash: list[tuple[str, str]], action: str, outcome: BulkOutcome) -> None:

@@ -141,7 +141,10 @@ class ConsolePages:
         )
 
     async def job(self, request: web.Request) -> web.StreamResponse:
-        detail = await self._reads.job(JobId(request.match_info["job_id"]))
+        after = request.query.get("dependents_after") or None
+        detail = await self._reads.job(
+            JobId(request.match_info["job_id"]), dependents_after=JobId(after) if after else None
+        )
         return self.page(request, "job.html", detail=detail, retryable=RETRYABLE)
 
     async def job_live(self, request: web.Request) -> web.StreamResponse:

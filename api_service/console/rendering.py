@@ -13,6 +13,7 @@ import jinja2
 from aiohttp import web
 
 from shared.domain.jobs import JobState
+from shared.domain.limit_keys import WaitingReason
 from shared.domain.operator_views import Preview, QueueLine
 
 CHART_SAMPLES_MAX = 90
@@ -32,7 +33,13 @@ def template_environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        when=when, ago=ago, seconds=seconds_text, preview=preview_text, count=count_text, short_id=short_job_id
+        when=when,
+        ago=ago,
+        seconds=seconds_text,
+        preview=preview_text,
+        count=count_text,
+        short_id=short_job_id,
+        waiting_text=waiting_text,
     )
     env.globals.update(state_names=[s.value for s in JobState])
     return env
@@ -83,6 +90,20 @@ def preview_text(preview: Preview) -> str:
     except UnicodeDecodeError:
         head = preview.head[:HEX_PREVIEW_BYTES]
         return " ".join(head[i : i + 16].hex(" ") for i in range(0, len(head), 16))
+
+
+_WAITING_TEXT = {
+    "kind_paused": "its kind is paused by an operator ({key})",
+    "key_held": "a provider pushed back: {key} is held",
+    "limit_running": "{key} runs its maximum number of jobs",
+    "limit_rate": "{key} has spent its start rate for now",
+}
+
+
+def waiting_text(waiting: WaitingReason) -> str:
+    """Why a due job is not started, in an operator's words (the reason code follows, for searching)."""
+    text = _WAITING_TEXT.get(waiting.reason, "{key}").format(key=waiting.key)
+    return f"{text} [{waiting.reason}]"
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,28 @@ import dataclasses
 
 from api_service.usecases.submission import SubmissionService
 from shared.domain.delivery_sets import (
+    DELIVERY_SET_PAGE_BYTES,
     MEMBER_NAME_MAX_CHARS,
     MEMBERS_MAX,
     DeliverySet,
     FailurePolicy,
     NewDeliverySet,
+    SetCursor,
     SetMember,
     SetState,
     set_state,
 )
-from shared.domain.errors import AlreadyExists, FailedPrecondition, NotFound, ViolationCollector
-from shared.domain.ids import TenantId
-from shared.domain.jobs import NewJob
+from shared.domain.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    FieldViolation,
+    InvalidArgument,
+    NotFound,
+    ViolationCollector,
+)
+from shared.domain.ids import JobId, TenantId
+from shared.domain.jobs import JobResult, NewJob
+from shared.domain.paging import fitting, job_bytes
 from shared.domain.submission_rules import SubmissionLimits, check_text
 from shared.storage import delivery_set_store, job_store
 from shared.storage.database import Connection, Database
@@ -111,16 +121,27 @@ class DeliverySets:
             )
             return await self._view(conn, tenant, header), True
 
-    async def get(self, tenant: TenantId, resource_key: str, resource_version: int) -> DeliverySet:
-        """One set as it stands; version 0 is the highest version a set was submitted for."""
+    async def get(
+        self, tenant: TenantId, resource_key: str, resource_version: int, after: SetCursor | None = None
+    ) -> DeliverySet:
+        """One page of a set as it stands; version 0 is the highest version a set was submitted for.
+        `after` (from the previous page) names the set; the key and version must be its or absent."""
         async with self._db.transaction(tenant) as conn:
-            header = await delivery_set_store.get_header(conn, tenant, resource_key, resource_version)
+            if after is None:
+                header = await delivery_set_store.get_header(conn, tenant, resource_key, resource_version)
+            else:
+                header = await delivery_set_store.get_header_by_id(conn, tenant, after.set_id)
+                if header is not None and (
+                    header.resource_key != resource_key or resource_version not in (0, header.resource_version)
+                ):
+                    raise InvalidArgument(FieldViolation("page_token", "is from another delivery set's page"))
             if header is None:
                 raise NotFound("no delivery set was submitted for this resource key and version")
-            return await self._view(conn, tenant, header)
+            return await self._view(conn, tenant, header, after)
 
-    async def latest_complete(self, tenant: TenantId, resource_key: str) -> DeliverySet:
-        """The set of the key's highest submitted version, only once COMPLETE; never an older set."""
+    async def latest_complete(self, tenant: TenantId, resource_key: str, after: SetCursor | None = None) -> DeliverySet:
+        """One page of the set of the key's highest submitted version, only once COMPLETE; never an older
+        set, and never a page of another set than the first page's."""
         async with self._db.transaction(tenant) as conn:
             head = await job_store.resource_head_and_tombstone(conn, tenant, resource_key)
             if head is None or head[0] <= head[1]:
@@ -128,7 +149,9 @@ class DeliverySets:
             header = await delivery_set_store.get_header(conn, tenant, resource_key, head[0])
             if header is None:
                 raise NotFound(f"version {head[0]} of this resource key was not submitted as a delivery set")
-            found = await self._view(conn, tenant, header)
+            if after is not None and header.set_id != after.set_id:
+                raise _changed(f"version {head[0]} was submitted since the first page")
+            found = await self._view(conn, tenant, header, after)
         if found.state is not SetState.COMPLETE:
             raise FailedPrecondition(
                 f"the delivery set of version {head[0]} is not complete: it is {found.state.value}",
@@ -137,11 +160,19 @@ class DeliverySets:
             )
         return found
 
-    async def _view(self, conn: Connection, tenant: TenantId, header: delivery_set_store.SetHeader) -> DeliverySet:
+    async def _view(
+        self,
+        conn: Connection,
+        tenant: TenantId,
+        header: delivery_set_store.SetHeader,
+        after: SetCursor | None = None,
+    ) -> DeliverySet:
+        """The set's state from every member, and one page of its members (the fan-in last), with their
+        results when the set is complete; only that page's results are read."""
         head = await job_store.resource_head_and_tombstone(conn, tenant, header.resource_key)
         latest, deleted = head if head else (header.resource_version, 0)
         rows = await delivery_set_store.read_rows(conn, tenant, header.set_id)
-        named = [row for row in rows if row.name is not None]
+        named = sorted((row for row in rows if row.name is not None), key=lambda row: row.name or "")
         fan_in = next((row for row in rows if row.name is None), None)
         state = set_state(
             header.failure_policy,
@@ -151,14 +182,48 @@ class DeliverySets:
             deleted=header.resource_version <= deleted,
         )
         complete = state is SetState.COMPLETE
+        if after is not None and after.with_results and not complete:
+            raise _changed(f"it is {state.value} now")
+        # Results are read together or not at all: pages after a first page without them carry none.
+        carried = complete and (after is None or after.with_results)
+        rest = [row for row in named if after is None or (row.name or "") > after.after_name]
+        rest += [fan_in] if fan_in is not None else []
+        page = rest[: fitting(rest, lambda row: _row_bytes(row, carried), DELIVERY_SET_PAGE_BYTES)]
+        results = await self._results(conn, tenant, page) if carried else {}
+        on_page = [row for row in page if row.name is not None]
+        fan_in_shown = fan_in if page and page[-1] is fan_in else None
         return DeliverySet(
             set_id=header.set_id,
             resource_key=header.resource_key,
             resource_version=header.resource_version,
             failure_policy=header.failure_policy,
             state=state,
-            members=tuple(SetMember(row.name or "", row.job, row.result if complete else None) for row in named),
-            fan_in=fan_in.job if fan_in else None,
-            fan_in_result=fan_in.result if fan_in and complete else None,
+            members=tuple(SetMember(row.name or "", row.job, results.get(row.job.job_id)) for row in on_page),
+            fan_in=fan_in_shown.job if fan_in_shown else None,
+            fan_in_result=results.get(fan_in_shown.job.job_id) if fan_in_shown else None,
             created_at=header.created_at,
+            next_cursor=SetCursor(header.set_id, on_page[-1].name or "", carried) if len(page) < len(rest) else None,
         )
+
+    @staticmethod
+    async def _results(
+        conn: Connection, tenant: TenantId, page: list[delivery_set_store.SetRow]
+    ) -> dict[JobId, JobResult]:
+        """The page's stored results; a result gone since the rows were read (a deletion in between) fails
+        the read rather than answer a complete set without it."""
+        wanted = [row.job.job_id for row in page if row.result_bytes is not None]
+        results = await delivery_set_store.read_results(conn, tenant, wanted)
+        if len(results) != len(wanted):
+            raise _changed("a member's result is gone")
+        return results
+
+
+def _row_bytes(row: delivery_set_store.SetRow, with_result: bool) -> int:
+    return job_bytes(row.job) + (row.result_bytes or 0 if with_result else 0)
+
+
+def _changed(why: str) -> FailedPrecondition:
+    return FailedPrecondition(
+        f"the delivery set changed between its pages ({why}): read it again from the first page",
+        reason="DELIVERY_SET_CHANGED",
+    )

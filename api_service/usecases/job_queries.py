@@ -12,6 +12,7 @@ from api_service.result_cache import ResultCache, ResultCacheLimits
 from shared.domain.errors import FailedPrecondition, FieldViolation, InvalidArgument, NotFound, ViolationCollector
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Job, JobEvent, JobPage, JobResult, JobState, ListFilter, PageCursor
+from shared.domain.paging import event_bytes, fitting
 from shared.domain.submission_rules import SubmissionLimits, check_job_id, check_text
 from shared.storage import checkpoint_store, job_store, progress_store, scheduling_store
 from shared.storage.database import Database
@@ -163,6 +164,7 @@ class JobQueries:
             events = await job_store.list_events(conn, tenant, job_id, after_sequence=after_sequence, limit=limit + 1)
             if not events and await job_store.get_job(conn, tenant, job_id) is None:
                 raise NotFound()
-        if len(events) <= limit:
-            return events, None
-        return events[:limit], events[limit - 1].sequence
+        kept = events[: fitting(events[:limit], event_bytes)]
+        if len(kept) == len(events):
+            return kept, None
+        return kept, kept[-1].sequence

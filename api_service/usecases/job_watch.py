@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
@@ -23,6 +24,9 @@ EVENTS_PER_READ = 100
 RECHECK_SECONDS_DEFAULT = 15.0
 # Open streams per API process; each costs a task and an event, and a database read per change.
 STREAMS_MAX_DEFAULT = 500
+# Open streams of one tenant per API process: a fifth of the process's, so that one tenant opening
+# streams without end leaves the others room on every replica.
+STREAMS_PER_TENANT_MAX_DEFAULT = 100
 STREAM_RETRY_AFTER_SECONDS = 5.0
 
 
@@ -46,12 +50,15 @@ class JobWatch:
         recheck_seconds: float = RECHECK_SECONDS_DEFAULT,
         *,
         max_streams: int = STREAMS_MAX_DEFAULT,
+        max_streams_per_tenant: int = STREAMS_PER_TENANT_MAX_DEFAULT,
     ):
         self._db = db
         self._signals = signals
         self._recheck_seconds = recheck_seconds
         self._max_streams = max_streams
+        self._max_per_tenant = max_streams_per_tenant
         self._open_streams = 0
+        self._open_by_tenant: Counter[TenantId] = Counter()
 
     async def watch(
         self, tenant: TenantId, job_id: JobId, after_sequence: int, *, include_progress: bool = False
@@ -63,17 +70,26 @@ class JobWatch:
         check_job_id(job_id)
         if after_sequence < 0:
             raise InvalidArgument(FieldViolation("after_sequence", "must not be negative"))
+        if self._open_by_tenant[tenant] >= self._max_per_tenant:
+            raise ResourceExhausted(
+                f"this tenant has {self._max_per_tenant} WatchJob streams open on this server already",
+                retry_after_seconds=STREAM_RETRY_AFTER_SECONDS,
+            )
         if self._open_streams >= self._max_streams:
             raise ResourceExhausted(
                 f"this server has {self._max_streams} WatchJob streams open already",
                 retry_after_seconds=STREAM_RETRY_AFTER_SECONDS,
             )
         self._open_streams += 1
+        self._open_by_tenant[tenant] += 1
         try:
             async for job in self._follow(tenant, job_id, after_sequence, include_progress):
                 yield job
         finally:
             self._open_streams -= 1
+            self._open_by_tenant[tenant] -= 1
+            if not self._open_by_tenant[tenant]:
+                del self._open_by_tenant[tenant]
 
     async def _follow(
         self, tenant: TenantId, job_id: JobId, after_sequence: int, include_progress: bool

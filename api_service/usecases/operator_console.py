@@ -9,16 +9,26 @@ import dataclasses
 from api_service.usecases.lifecycle import JobLifecycle
 from shared.domain.errors import NotFound
 from shared.domain.ids import JobId, TenantId
-from shared.domain.jobs import Job
+from shared.domain.jobs import Job, JobState
 from shared.domain.operator_views import JobDetail, QueueLine
 from shared.domain.submission_rules import check_job_id
-from shared.storage import checkpoint_store, job_store, operator_store, progress_store, receipt_store
+from shared.storage import (
+    checkpoint_store,
+    job_store,
+    operator_store,
+    progress_store,
+    receipt_store,
+    scheduling_store,
+)
 from shared.storage.database import Database
 
 # How much of a payload or result the job page shows; the rest is there through GetJobResult.
 PREVIEW_BYTES = 4096
 # The job page shows this much of the history; a longer one says so.
 EVENTS_SHOWN_MAX = 500
+# Dependents shown per page: a fan-in's source may have tens of thousands (20,000 made a 4.7 MB page).
+DEPENDENTS_PAGE_SIZE = 100
+_MAY_BE_HELD = frozenset({JobState.PENDING, JobState.RETRY_WAIT})
 FAILED_WINDOW_SECONDS_DEFAULT = 3600.0
 
 
@@ -31,10 +41,12 @@ class OperatorReads:
         async with self._db.transaction() as conn:
             return await operator_store.queue_overview(conn, failed_window_seconds=self._failed_window_seconds)
 
-    async def job(self, job_id: JobId) -> JobDetail:
-        """The job with its history (each failed attempt's error), receipts, relatives, stage checkpoints
-        and latest progress."""
+    async def job(self, job_id: JobId, *, dependents_after: JobId | None = None) -> JobDetail:
+        """The job with its history (each failed attempt's error), receipts, dependencies and a page of
+        its dependents, stage checkpoints, latest progress, and why it waits if it is held back."""
         check_job_id(job_id)
+        if dependents_after is not None:
+            check_job_id(dependents_after, "dependents_after")
         async with self._db.transaction() as conn:
             detail = await operator_store.get_job_detail(conn, job_id, preview_bytes=PREVIEW_BYTES)
             if detail is None:
@@ -42,14 +54,25 @@ class OperatorReads:
             job = detail.job
             events = await job_store.list_events(conn, job.tenant, job_id, after_sequence=0, limit=EVENTS_SHOWN_MAX)
             receipts = await receipt_store.list_receipts(conn, job_id)
-            relatives = await operator_store.relatives(conn, job_id, job.depends_on)
+            dependencies = await operator_store.dependencies(conn, job.depends_on)
+            dependents = await operator_store.dependents_page(
+                conn, job_id, after=dependents_after, limit=DEPENDENTS_PAGE_SIZE + 1
+            )
             checkpoints = await checkpoint_store.list_for_job(conn, job.tenant, job_id)
             progress = await progress_store.get(conn, job.tenant, job_id)
+            held = job.state in _MAY_BE_HELD
+            waiting = await scheduling_store.waiting_reason(conn, job.tenant, job_id) if held else None
+        more = len(dependents) > DEPENDENTS_PAGE_SIZE
+        shown = dependents[:DEPENDENTS_PAGE_SIZE]
         return dataclasses.replace(
             detail,
+            job=dataclasses.replace(job, waiting=waiting),
             events=events,
             receipts=receipts,
-            relatives=relatives,
+            dependencies=dependencies,
+            dependents=shown,
+            dependents_after=dependents_after,
+            more_dependents_after=shown[-1].job_id if more else None,
             checkpoints=checkpoints,
             progress=progress,
         )

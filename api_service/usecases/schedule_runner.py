@@ -15,7 +15,7 @@ from api_service.usecases.admission import SubmissionAdmission
 from api_service.usecases.schedules import schedule_actor
 from api_service.usecases.submission import SubmissionService
 from shared.domain.errors import DeadlineExceeded, JobsError, ResourceExhausted, Unavailable
-from shared.domain.ids import JobId
+from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import TERMINAL_STATES
 from shared.domain.schedules import FireAction, FireStep, Schedule, fire_idempotency_key, plan_fire_step
 from shared.storage import job_store, schedule_store
@@ -28,7 +28,12 @@ POLL_SECONDS_DEFAULT = 1.0
 FIRES_KEPT_SECONDS_DEFAULT = 7 * 24 * 3600.0
 FIRES_PRUNE_INTERVAL_SECONDS = 300.0
 FIRES_PRUNE_BATCH = 5000
-_TRANSIENT = (Unavailable, DeadlineExceeded, ResourceExhausted)
+# A tenant whose admission refused a fire (over its queued-jobs cap or its submission rate) is left out
+# of this replica's claims for the refusal's retry-after, at least a poll and at most this long. Its
+# fires stay due; the claim's turns across tenants are what keeps the others' schedules firing, and
+# this spares re-trying a refusal that cannot have changed.
+TENANT_DEFER_MAX_SECONDS = 30.0
+_TRANSIENT = (Unavailable, DeadlineExceeded)
 
 
 class ScheduleRunner:
@@ -49,6 +54,8 @@ class ScheduleRunner:
         self._submissions = submissions
         self._admission = admission
         self._poll_seconds = poll_seconds
+        # Tenant -> the monotonic time until which its fires wait (their admission refused them).
+        self._deferred: dict[TenantId, float] = {}
 
     async def run(self) -> None:
         """Until cancelled. Goes on at once while fires are due (catch-up), else polls."""
@@ -88,12 +95,23 @@ class ScheduleRunner:
             log.info("scheduler: pruned %d fire records older than %.0fs", deleted, self._fires_kept_seconds)
 
     async def tick(self) -> bool:
-        """One transaction: claims due schedules and takes one fire step each. Whether any moved on."""
+        """One transaction: claims due schedules, in turns across tenants, and takes one fire step each
+        (none for a tenant whose admission refused one of them meanwhile). Whether any moved on."""
         progressed = False
         async with self._db.transaction() as conn:
-            for schedule, now in await schedule_store.claim_due(conn):
-                progressed |= await self._step(conn, schedule, now)
+            for schedule, now in await schedule_store.claim_due(conn, deferred_tenants=self._deferred_tenants()):
+                if schedule.tenant not in self._deferred:
+                    progressed |= await self._step(conn, schedule, now)
         return progressed
+
+    def _deferred_tenants(self) -> list[TenantId]:
+        now = time.monotonic()
+        self._deferred = {tenant: until for tenant, until in self._deferred.items() if until > now}
+        return list(self._deferred)
+
+    def _defer(self, tenant: TenantId, retry_after_seconds: float) -> None:
+        wait = min(max(retry_after_seconds, self._poll_seconds), TENANT_DEFER_MAX_SECONDS)
+        self._deferred[tenant] = time.monotonic() + wait
 
     async def _step(self, conn: Connection, schedule: Schedule, now: datetime) -> bool:
         step = plan_fire_step(schedule, now, await _previous_running(conn, schedule))
@@ -129,6 +147,16 @@ class ScheduleRunner:
             return schedule_store.StepRecord(step, None, 0, 0, schedule.last_error, outcome="buffered")
         try:
             job_id = await self._submit(schedule, step.fire_at)
+        except ResourceExhausted as exc:
+            self._defer(schedule.tenant, exc.retry_after_seconds)
+            log.warning(
+                "schedule %s: fire at %s waits, and the tenant's other fires with it: %s",
+                schedule.schedule_id,
+                step.fire_at,
+                exc.message,
+                extra={"tenant": schedule.tenant},
+            )
+            return None
         except _TRANSIENT as exc:
             log.warning("schedule %s: fire at %s waits: %s", schedule.schedule_id, step.fire_at, exc.message)
             return None

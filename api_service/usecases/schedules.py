@@ -12,6 +12,7 @@ from api_service.usecases.submission import SubmissionService
 from shared.domain.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound
 from shared.domain.ids import TenantId
 from shared.domain.jobs import Job
+from shared.domain.paging import fitting, schedule_bytes
 from shared.domain.schedules import (
     CATCHUP_WINDOW_SECONDS_DEFAULT,
     NewSchedule,
@@ -90,9 +91,8 @@ class ScheduleService:
         size = page_size or LIST_PAGE_SIZE_DEFAULT
         async with self._db.transaction(tenant) as conn:
             found = await schedule_store.list_page(conn, tenant, after_id, size + 1)
-        more = len(found) > size
-        page = found[:size]
-        return SchedulePage(page, page[-1].schedule_id if more else "")
+        page = found[: fitting(found[:size], schedule_bytes)]
+        return SchedulePage(page, page[-1].schedule_id if len(page) < len(found) else "")
 
     async def pause(self, tenant: TenantId, schedule_id: str, note: str) -> Schedule:
         """A paused schedule fires no cron time; a fire buffered before the pause is dropped at resume."""

@@ -29,6 +29,7 @@ from shared.domain.jobs import (
     PUSHBACKS_UNCOUNTED_MAX,
     RETRY_AFTER_MAX_SECONDS,
     Completion,
+    ErrorCategory,
     FailOutcome,
     FailureReport,
     JobError,
@@ -39,6 +40,7 @@ from shared.domain.jobs import (
     ReportOutcome,
     RetryHint,
 )
+from shared.domain.results import RESULT_LIMIT_BYTES_DEFAULT, result_too_large
 from shared.domain.submission_rules import is_job_id
 from shared.storage import (
     checkpoint_store,
@@ -68,6 +70,11 @@ class RejectionCounter(Protocol):
 
 
 def _refusal(outcome: ReportOutcome) -> FailedPrecondition:
+    if outcome is ReportOutcome.RESULT_TOO_LARGE:
+        return FailedPrecondition(
+            "the result is over the maximum (JOBS_MAX_RESULT_BYTES): the attempt failed PERMANENT",
+            reason="RESULT_TOO_LARGE",
+        )
     if outcome is ReportOutcome.JOB_CANCELLED:
         return JobCancelled()
     if outcome is ReportOutcome.JOB_SUPERSEDED:
@@ -117,10 +124,18 @@ def _check_distinct(leases: Sequence[LeaseRef], field: str) -> None:
 
 
 class WorkerReports:
-    def __init__(self, db: Database, rejections: RejectionCounter, *, lease_max_seconds: float) -> None:
+    def __init__(
+        self,
+        db: Database,
+        rejections: RejectionCounter,
+        *,
+        lease_max_seconds: float,
+        max_result_bytes: int = RESULT_LIMIT_BYTES_DEFAULT,
+    ) -> None:
         self._db = db
         self._rejections = rejections
         self._lease_max_seconds = lease_max_seconds
+        self._max_result_bytes = max_result_bytes
 
     async def heartbeat(self, leases: Sequence[LeaseRef], extend_by_seconds: float) -> list[LeaseStatus]:
         _check_leases(leases, "leases")
@@ -147,18 +162,43 @@ class WorkerReports:
         return statuses
 
     async def complete_many(self, worker_id: str, completions: Sequence[Completion]) -> list[ReportOutcome]:
-        """Per-item outcomes; a refused item changes nothing and does not affect the others."""
+        """Per-item outcomes; a refused item changes nothing and does not affect the others. A result over
+        the maximum is not stored: its attempt fails PERMANENT naming the limit (RESULT_TOO_LARGE)."""
         _check_leases([LeaseRef(c.job_id, c.fencing_token) for c in completions], "completions")
         if not completions:
             return []
         if len({c.job_id for c in completions}) != len(completions):
             raise InvalidArgument(FieldViolation("completions", "must not name a job twice"))
-        async with self._db.transaction() as conn:
-            outcomes = await lease_store.complete_batch(conn, worker_id=worker_id, completions=completions)
-        for completion, outcome in zip(completions, outcomes, strict=True):
+        too_large = {c.job_id: m for c in completions if (m := result_too_large(len(c.result), self._max_result_bytes))}
+        outcomes = await self._fail_too_large(worker_id, [c for c in completions if c.job_id in too_large], too_large)
+        storable = [c for c in completions if c.job_id not in too_large]
+        if storable:
+            # Apart from the failures above: each transaction takes its rows in job-id order.
+            async with self._db.transaction() as conn:
+                stored = await lease_store.complete_batch(conn, worker_id=worker_id, completions=storable)
+            outcomes.update(zip((c.job_id for c in storable), stored, strict=True))
+        for completion in storable:
+            outcome = outcomes[completion.job_id]
             if outcome is not ReportOutcome.ACCEPTED:
                 self._refused("completion", LeaseRef(completion.job_id, completion.fencing_token), outcome, worker_id)
-        return outcomes
+        return [outcomes[c.job_id] for c in completions]
+
+    async def _fail_too_large(
+        self, worker_id: str, completions: Sequence[Completion], messages: dict[JobId, str]
+    ) -> dict[JobId, ReportOutcome]:
+        if not completions:
+            return {}
+        reports = [
+            FailureReport(LeaseRef(c.job_id, c.fencing_token), JobError(ErrorCategory.PERMANENT, messages[c.job_id]))
+            for c in completions
+        ]
+        failed = await self.fail_many(worker_id, reports, field="completions")
+        for report in reports:
+            log.warning("completion refused: %s", report.error.message, extra={"job_id": report.lease.job_id})
+        return {
+            r.lease.job_id: o if isinstance(o, ReportOutcome) else ReportOutcome.RESULT_TOO_LARGE
+            for r, o in zip(reports, failed, strict=True)
+        }
 
     async def complete(self, worker_id: str, completion: Completion) -> JobState:
         (outcome,) = await self.complete_many(worker_id, [completion])

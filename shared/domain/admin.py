@@ -18,7 +18,14 @@ LIMIT_KEY_MAX_CHARS = 200
 TENANT_MAX_CHARS = 200
 REASON_MAX_CHARS = 500
 WEIGHT_RANGE = (1, 10000)
-MAX_RUNNING_MAX = 2**31 - 1
+# What a claim can honour. Every claim that carries a rated key refills its bucket by rate × idle seconds
+# in double precision: a rate in this range keeps that product finite and above zero for any idle time
+# from a microsecond to a thousand years. Slower than one start in eleven days is a pause, not a rate;
+# faster than a million a second, or more than a million running or in a bucket, bounds nothing.
+RATE_PER_SECOND_RANGE = (1e-6, 1e6)
+BURST_RANGE = (1, 1_000_000)
+BURST_DEFAULT = 1
+MAX_RUNNING_MAX = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -35,7 +42,13 @@ class LimitSpec:
     key: str
     max_running: int = 0
     rate_per_second: float = 0.0
-    burst: int = 1
+    burst: int = BURST_DEFAULT
+
+    @classmethod
+    def requested(cls, key: str, max_running: int = 0, rate_per_second: float = 0.0, burst: int = 0) -> LimitSpec:
+        """As a caller gives it, where an unset field is 0: no bound of that kind, and a bucket of the
+        default size (so `max_running` alone is a whole request)."""
+        return cls(key, max_running, rate_per_second, burst or BURST_DEFAULT)
 
 
 @dataclass(frozen=True)
@@ -130,13 +143,18 @@ def check_name(violations: ViolationCollector, field_name: str, value: str, max_
 
 
 def check_limit_spec(violations: ViolationCollector, spec: LimitSpec) -> None:
+    """Every value a claim can honour, and nothing else: see RATE_PER_SECOND_RANGE."""
     check_name(violations, "key", spec.key, LIMIT_KEY_MAX_CHARS)
     if not 0 <= spec.max_running <= MAX_RUNNING_MAX:
-        violations.add("max_running", "must be 0 (no bound) or more")
-    if not math.isfinite(spec.rate_per_second) or spec.rate_per_second < 0:
-        violations.add("rate_per_second", "must be a finite number, 0 (no bound) or more")
-    if spec.burst < 1:
-        violations.add("burst", "must be at least 1 (the token bucket's size)")
+        violations.add("max_running", f"must be 0 (no bound) to {MAX_RUNNING_MAX}")
+    low, high = RATE_PER_SECOND_RANGE
+    rate = spec.rate_per_second
+    if not math.isfinite(rate):
+        violations.add("rate_per_second", "must be a finite number")
+    elif rate != 0 and not low <= rate <= high:
+        violations.add("rate_per_second", f"must be 0 (no bound) or from {low:f} to {high:.0f} starts per second")
+    if not BURST_RANGE[0] <= spec.burst <= BURST_RANGE[1]:
+        violations.add("burst", f"must be 1 to {BURST_RANGE[1]} (the token bucket's size; unset means 1)")
     if spec.max_running == 0 and spec.rate_per_second == 0:
         violations.add("max_running", "a limit needs max_running or rate_per_second above 0; DeleteLimit removes one")
 

@@ -11,6 +11,9 @@ from shared.domain.jobs import Job, JobResult, JobState, NewJob
 
 MEMBERS_MAX = 100
 MEMBER_NAME_MAX_CHARS = 128
+# One answer's members' jobs and results: under gRPC's default 4 MiB message with room for the rest. A
+# set's results may add up to a hundred times the result limit, so a set is read a page at a time.
+DELIVERY_SET_PAGE_BYTES = 3 * 1024 * 1024
 
 
 class FailurePolicy(enum.StrEnum):
@@ -47,7 +50,21 @@ class SetMember:
 
 
 @dataclass(frozen=True)
+class SetCursor:
+    """Where the next page of a set's members starts: after this member name (the fan-in comes last)."""
+
+    set_id: str
+    after_name: str
+    # The page that issued it carried results (the set was complete): every later page must carry them
+    # too, of the same set, or the read fails rather than mix a set's results with nothing.
+    with_results: bool
+
+
+@dataclass(frozen=True)
 class DeliverySet:
+    """A set as it stands; `members` (and the fan-in, on the last page) are one page of it, at most
+    DELIVERY_SET_PAGE_BYTES of jobs and results, and `next_cursor` is where the next page starts."""
+
     set_id: str
     resource_key: str
     resource_version: int
@@ -57,6 +74,7 @@ class DeliverySet:
     fan_in: Job | None
     fan_in_result: JobResult | None
     created_at: datetime
+    next_cursor: SetCursor | None = None
 
 
 def set_state(

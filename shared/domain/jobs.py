@@ -49,6 +49,9 @@ class ReportOutcome(enum.StrEnum):
     JOB_SUPERSEDED = "job_superseded"
     # The job's resource version was deleted (DeleteResource): nothing of it is stored again.
     RESOURCE_DELETED = "resource_deleted"
+    # A completion whose result is over the API's maximum: nothing was stored, and the attempt failed
+    # PERMANENT with a message naming the limit.
+    RESULT_TOO_LARGE = "result_too_large"
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,13 @@ class JobDetail:
     duplicate_risk: bool
     events: list[JobEvent]
     receipts: list[Receipt]
-    relatives: list[Relative]
+    # The jobs this one waits for (a submission names at most 100).
+    dependencies: list[Relative]
+    # One page of the jobs that wait for this one, of which there may be tens of thousands: those after
+    # `dependents_after` in job id order, and where the next page starts (None on the last).
+    dependents: list[Relative]
+    dependents_after: JobId | None = None
+    more_dependents_after: JobId | None = None
     checkpoints: tuple[Checkpoint, ...] = ()
     progress: Progress | None = None
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -102,13 +102,16 @@ def validate_cron(cron: str, time_zone: str, prefix: str = "") -> CronSpec:
 @dataclass(frozen=True)
 class JobTemplate:
     """The SubmitJobRequest fields a recurring job takes; the rest are the fire's (idempotency key) or
-    have no meaning for a job submitted again and again (run_after, deadline, versions, dependencies)."""
+    have no meaning for a job submitted again and again (run_after, deadline, versions, dependencies),
+    and template_from_job refuses them. Every field of a submission is one or the other."""
 
     kind: str
     payload: bytes = b""
     priority: int = 0
     max_attempts: int = 0
     labels: dict[str, str] = field(default_factory=dict)
+    # As the caller wrote them (`name` or `name@N`); each fire's job is bounded by them like a submission.
+    limit_keys: tuple[str, ...] = ()
 
     def job_for(self, schedule_uid: UUID, fire_at: datetime, *, manual: bool = False) -> NewJob:
         return NewJob(
@@ -118,6 +121,7 @@ class JobTemplate:
             priority=self.priority,
             max_attempts=self.max_attempts,
             labels=self.labels,
+            limit_keys=self.limit_keys,
         )
 
 
@@ -242,9 +246,26 @@ _NOT_IN_TEMPLATE = {
     "run_after": "is the fire time",
     "deadline": "has no meaning for a job submitted again and again",
     "resource_key": "has no meaning for a job submitted again and again",
+    "resource_version": "has no meaning for a job submitted again and again",
     "depends_on": "has no meaning for a job submitted again and again",
     "dedupe_by_input": "cannot be combined with the fire's idempotency key",
 }
+
+
+# Carried into every fire's job as given.
+_IN_TEMPLATE = frozenset({"kind", "payload", "priority", "max_attempts", "labels", "limit_keys"})
+# Not a request field: a fire has no caller whose trace it continues.
+_NOT_A_REQUEST_FIELD = frozenset({"trace_context"})
+
+
+def _every_submission_field_decided() -> None:
+    """A field added to submissions must be carried by templates or refused by them, never dropped."""
+    undecided = {f.name for f in fields(NewJob)} - _IN_TEMPLATE - _NOT_IN_TEMPLATE.keys() - _NOT_A_REQUEST_FIELD
+    if undecided or _IN_TEMPLATE - {f.name for f in fields(JobTemplate)}:
+        raise RuntimeError(f"schedule templates neither carry nor refuse: {sorted(undecided)}")
+
+
+_every_submission_field_decided()
 
 
 def template_from_job(job: NewJob, prefix: str = "job.") -> JobTemplate:
@@ -253,7 +274,8 @@ def template_from_job(job: NewJob, prefix: str = "job.") -> JobTemplate:
         "idempotency_key": job.idempotency_key is not None,
         "run_after": job.run_after is not None,
         "deadline": job.deadline is not None,
-        "resource_key": bool(job.resource_key or job.resource_version),
+        "resource_key": bool(job.resource_key),
+        "resource_version": bool(job.resource_version),
         "depends_on": bool(job.depends_on),
         "dedupe_by_input": job.dedupe_by_input,
     }
@@ -264,4 +286,4 @@ def template_from_job(job: NewJob, prefix: str = "job.") -> JobTemplate:
     ]
     if violations:
         raise InvalidArgument(violations)
-    return JobTemplate(job.kind, job.payload, job.priority, job.max_attempts, dict(job.labels))
+    return JobTemplate(job.kind, job.payload, job.priority, job.max_attempts, dict(job.labels), job.limit_keys)

@@ -16,6 +16,7 @@ from shared.domain.admin import JobFilter, KindPause, KindStatus, Limit, LimitSp
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import JobPage, JobState, PageCursor
 from shared.domain.kinds import Executor, KindPolicy
+from shared.domain.paging import job_page
 from shared.storage import queries
 from shared.storage.database import Connection
 from shared.storage.job_store import job_from_row
@@ -139,11 +140,7 @@ async def search_jobs(conn: Connection, job_filter: JobFilter, after: PageCursor
             "limit": page_size + 1,
         },
     )
-    jobs = [job_from_row(row) for row in await cur.fetchall()]
-    if len(jobs) <= page_size:
-        return JobPage(jobs, None)
-    last = jobs[page_size - 1]
-    return JobPage(jobs[:page_size], PageCursor(last.created_at, last.job_id))
+    return job_page([job_from_row(row) for row in await cur.fetchall()], page_size)
 
 
 async def match_jobs(

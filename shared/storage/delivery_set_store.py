@@ -28,11 +28,11 @@ class SetHeader:
 
 @dataclass(frozen=True)
 class SetRow:
-    """A member (named) or the fan-in (name None), with its stored result if any."""
+    """A member (named) or the fan-in (name None), with the size of its stored result if it has one."""
 
     name: str | None
     job: Job
-    result: JobResult | None
+    result_bytes: int | None
 
 
 def _header(row: dict[str, Any]) -> SetHeader:
@@ -90,20 +90,27 @@ async def insert(
     return header
 
 
+async def get_header_by_id(conn: Connection, tenant: TenantId, set_id: str) -> SetHeader | None:
+    cur = await conn.execute(queries.DELIVERY_SET_GET_BY_ID, {"tenant": tenant, "set_id": set_id})
+    row = await cur.fetchone()
+    return _header(row) if row else None
+
+
 async def read_rows(conn: Connection, tenant: TenantId, set_id: str) -> list[SetRow]:
     """Members by name, then the fan-in, all from one statement's snapshot."""
     cur = await conn.execute(queries.DELIVERY_SET_MEMBERS_READ, {"tenant": tenant, "set_id": set_id})
-    rows = []
+    return [SetRow(row["name"], job_from_row(row), row["result_bytes"]) for row in await cur.fetchall()]
+
+
+async def read_results(conn: Connection, tenant: TenantId, job_ids: Sequence[JobId]) -> dict[JobId, JobResult]:
+    """The stored results of these jobs of the tenant (a job without one is missing from the answer)."""
+    if not job_ids:
+        return {}
+    cur = await conn.execute(queries.DELIVERY_SET_RESULTS_READ, {"tenant": tenant, "job_ids": list(job_ids)})
+    results = {}
     for row in await cur.fetchall():
-        job = job_from_row(row)
-        result = None
-        if row["result_payload"] is not None:
-            result = JobResult(
-                job.job_id,
-                bytes(row["result_payload"]),
-                row["result_attempt"],
-                FencingToken(row["result_fencing_token"]),
-                row["result_created_at"],
-            )
-        rows.append(SetRow(row["name"], job, result))
-    return rows
+        job_id = JobId(str(row["job_id"]))
+        results[job_id] = JobResult(
+            job_id, bytes(row["payload"]), row["attempt"], FencingToken(row["fencing_token"]), row["created_at"]
+        )
+    return results

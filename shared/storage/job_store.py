@@ -27,6 +27,7 @@ from shared.domain.jobs import (
     NewJob,
     PageCursor,
 )
+from shared.domain.paging import job_page
 from shared.storage import queries
 from shared.storage.database import Connection
 
@@ -419,11 +420,7 @@ async def list_jobs(
             "limit": page_size + 1,
         },
     )
-    jobs = [job_from_row(row) for row in await cur.fetchall()]
-    if len(jobs) <= page_size:
-        return JobPage(jobs, None)
-    last = jobs[page_size - 1]
-    return JobPage(jobs[:page_size], PageCursor(last.created_at, last.job_id))
+    return job_page([job_from_row(row) for row in await cur.fetchall()], page_size)
 
 
 async def get_result(conn: Connection, tenant: TenantId, job_id: JobId) -> tuple[JobState, JobResult | None] | None:

@@ -3,6 +3,8 @@ without a tenant scope; returns domain types."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from shared.domain.ids import JobId
 from shared.domain.jobs import JobState
 from shared.domain.operator_views import JobDetail, Preview, QueueLine, Relative
@@ -34,13 +36,24 @@ async def get_job_detail(conn: Connection, job_id: JobId, *, preview_bytes: int)
         duplicate_risk=row["duplicate_risk"],
         events=[],
         receipts=[],
-        relatives=[],
+        dependencies=[],
+        dependents=[],
     )
 
 
-async def relatives(conn: Connection, job_id: JobId, depends_on: tuple[JobId, ...]) -> list[Relative]:
-    cur = await conn.execute(queries.OPERATOR_JOB_RELATIVES, {"job_id": job_id, "depends_on": list(depends_on)})
-    return [
-        Relative(JobId(str(r["job_id"])), r["kind"], JobState(r["state"]), r["is_dependency"])
-        for r in await cur.fetchall()
-    ]
+async def dependencies(conn: Connection, depends_on: tuple[JobId, ...]) -> list[Relative]:
+    """The jobs one job waits for: at most a submission's dependency bound."""
+    cur = await conn.execute(queries.OPERATOR_JOB_DEPENDENCIES, {"depends_on": list(depends_on)})
+    return [_relative(r) for r in await cur.fetchall()]
+
+
+async def dependents_page(conn: Connection, job_id: JobId, *, after: JobId | None, limit: int) -> list[Relative]:
+    """Up to `limit` of the jobs waiting for `job_id`, in job id order after `after`."""
+    cur = await conn.execute(
+        queries.OPERATOR_JOB_DEPENDENTS_PAGE, {"job_id": job_id, "after_job_id": after, "limit": limit}
+    )
+    return [_relative(r) for r in await cur.fetchall()]
+
+
+def _relative(row: dict[str, Any]) -> Relative:
+    return Relative(JobId(str(row["job_id"])), row["kind"], JobState(row["state"]), row["is_dependency"])

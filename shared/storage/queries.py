@@ -59,6 +59,7 @@ RECEIPT_LIST = _receipts.pop("receipt_list")
 METRICS_EXPORTER_LOCK_TRY = _metrics.pop("metrics_exporter_lock_try")
 METRICS_QUEUE_SNAPSHOT = _metrics.pop("metrics_queue_snapshot")
 METRICS_LIMIT_SNAPSHOT = _metrics.pop("metrics_limit_snapshot")
+METRICS_KIND_PAUSES = _metrics.pop("metrics_kind_pauses")
 
 SESSION_BEGIN = _session.pop("session_begin")
 SESSION_SCOPE_TENANT = _session.pop("session_scope_tenant")
@@ -106,7 +107,8 @@ SCHEDULE_FIRES_PRUNE = _schedules.pop("schedule_fires_prune")
 
 OPERATOR_QUEUE_OVERVIEW = _operator.pop("operator_queue_overview")
 OPERATOR_JOB_GET = _operator.pop("operator_job_get")
-OPERATOR_JOB_RELATIVES = _operator.pop("operator_job_relatives")
+OPERATOR_JOB_DEPENDENCIES = _operator.pop("operator_job_dependencies")
+OPERATOR_JOB_DEPENDENTS_PAGE = _operator.pop("operator_job_dependents_page")
 
 MIGRATION_LOCK = _migrations.pop("migration_lock")
 MIGRATION_UNLOCK = _migrations.pop("migration_unlock")
@@ -136,6 +138,8 @@ DELIVERY_SET_GET_HIGHEST = _delivery_sets.pop("delivery_set_get_highest")
 DELIVERY_SET_INSERT = _delivery_sets.pop("delivery_set_insert")
 DELIVERY_SET_MEMBERS_INSERT = _delivery_sets.pop("delivery_set_members_insert")
 DELIVERY_SET_MEMBERS_READ = _delivery_sets.pop("delivery_set_members_read")
+DELIVERY_SET_GET_BY_ID = _delivery_sets.pop("delivery_set_get_by_id")
+DELIVERY_SET_RESULTS_READ = _delivery_sets.pop("delivery_set_results_read")
 
 _unused = sorted(
     name

@@ -91,17 +91,7 @@ class ExporterSession:
         the same statement: the flag and `conn.closed` only say what this process last saw, and a session
         whose backend was terminated looks open until it is used. Without the proof the session is
         dropped and Unavailable raised, so no count is ever published on a lock that may be gone."""
-        if not self._holds_lock or self._conn is None:
-            raise Unavailable("this session does not hold the exporter lock")
-        async with self._closing_on_error():
-            cur = await self._conn.execute(
-                queries.METRICS_QUEUE_SNAPSHOT,
-                {"failed_window_seconds": failed_window_seconds, "lock_key": METRICS_EXPORTER_LOCK_KEY},
-            )
-            rows = await cur.fetchall()
-        if not rows or not rows[0]["lock_held"]:
-            await self.close()
-            raise Unavailable("the exporter lock is no longer held by this session")
+        rows = await self._read_proven(queries.METRICS_QUEUE_SNAPSHOT, failed_window_seconds=failed_window_seconds)
         return [
             QueueRow(r["tenant"], r["kind"], JobState(r["state"]), r["jobs"], r["oldest_wait_seconds"])
             for r in rows
@@ -110,19 +100,29 @@ class ExporterSession:
 
     async def read_limits(self) -> list[LimitRow]:
         """Per limited or held key, with the same proof of the lock as read_snapshot."""
-        if not self._holds_lock or self._conn is None:
-            raise Unavailable("this session does not hold the exporter lock")
-        async with self._closing_on_error():
-            cur = await self._conn.execute(queries.METRICS_LIMIT_SNAPSHOT, {"lock_key": METRICS_EXPORTER_LOCK_KEY})
-            rows = await cur.fetchall()
-        if not rows or not rows[0]["lock_held"]:
-            await self.close()
-            raise Unavailable("the exporter lock is no longer held by this session")
+        rows = await self._read_proven(queries.METRICS_LIMIT_SNAPSHOT)
         return [
             LimitRow(r["key"], r["max_running"], r["running"], r["waiting"], r["saturated"])
             for r in rows
             if r["key"] is not None
         ]
+
+    async def read_paused_kinds(self) -> list[str]:
+        """The kinds an operator paused, with the same proof of the lock as read_snapshot."""
+        rows = await self._read_proven(queries.METRICS_KIND_PAUSES)
+        return [r["kind"] for r in rows if r["kind"] is not None]
+
+    async def _read_proven(self, query: str, **params: object) -> list[DictRow]:
+        """A statement whose first column, lock_held, proves the lock in the same snapshot."""
+        if not self._holds_lock or self._conn is None:
+            raise Unavailable("this session does not hold the exporter lock")
+        async with self._closing_on_error():
+            cur = await self._conn.execute(query, {**params, "lock_key": METRICS_EXPORTER_LOCK_KEY})
+            rows = await cur.fetchall()
+        if not rows or not rows[0]["lock_held"]:
+            await self.close()
+            raise Unavailable("the exporter lock is no longer held by this session")
+        return rows
 
     async def close(self) -> None:
         """Closes the connection, which releases the lock."""

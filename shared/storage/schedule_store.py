@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,6 +15,11 @@ from shared.storage import queries
 from shared.storage.database import Connection
 
 CLAIM_BATCH_SIZE_DEFAULT = 20
+# The oldest due schedules a claim shares out in turns, ten claims' worth: ranking every due schedule by
+# tenant took 147 ms per claim with 10,000 due, these 4 to 11 ms (the oldest-due walk alone 1 to 3 ms).
+# A tenant whose fires were refused is left out before the window is taken, so a backlog it may not fire
+# never fills the window; a backlog it does fire drains oldest first.
+CLAIM_WINDOW = 200
 
 
 def schedule_from_row(row: dict[str, Any]) -> Schedule:
@@ -27,6 +33,7 @@ def schedule_from_row(row: dict[str, Any]) -> Schedule:
             priority=row["priority"],
             max_attempts=row["max_attempts"],
             labels=dict(row["labels"]),
+            limit_keys=tuple(row["limit_keys"]),
         ),
         spec=CronSpec(row["cron"], row["time_zone"]),
         overlap=OverlapPolicy(row["overlap_policy"]),
@@ -72,6 +79,7 @@ async def insert(
             "priority": new.template.priority,
             "max_attempts": new.template.max_attempts,
             "labels": Jsonb(new.template.labels),
+            "limit_keys": list(new.template.limit_keys),
             "paused": new.paused,
             "note": new.note,
             "next_fire_at": next_fire_at,
@@ -110,9 +118,13 @@ async def delete(conn: Connection, tenant: TenantId, schedule_id: str) -> bool:
     return await cur.fetchone() is not None
 
 
-async def claim_due(conn: Connection, limit: int = CLAIM_BATCH_SIZE_DEFAULT) -> list[tuple[Schedule, datetime]]:
-    """Due schedules of every tenant, locked until commit, each with the database clock at the claim."""
-    cur = await conn.execute(queries.SCHEDULE_CLAIM_DUE, {"limit": limit})
+async def claim_due(
+    conn: Connection, limit: int = CLAIM_BATCH_SIZE_DEFAULT, *, deferred_tenants: Collection[TenantId] = ()
+) -> list[tuple[Schedule, datetime]]:
+    """Due schedules, locked until commit, each with the database clock at the claim: taken in turns
+    across tenants (weighted), leaving out `deferred_tenants`."""
+    params = {"limit": limit, "window": max(limit, CLAIM_WINDOW), "deferred_tenants": list(deferred_tenants)}
+    cur = await conn.execute(queries.SCHEDULE_CLAIM_DUE, params)
     return [(schedule_from_row(row), row["claimed_at"]) for row in await cur.fetchall()]
 
 

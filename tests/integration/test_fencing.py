@@ -26,7 +26,7 @@ from shared.domain.jobs import (
     ReportOutcome,
 )
 from shared.domain.submission_rules import SubmissionLimits
-from shared.storage import receipt_store
+from shared.storage import job_store, receipt_store
 from shared.storage.database import Database
 from tests import factories
 from tests.conditions import wait_until
@@ -425,3 +425,36 @@ def _waiting_on_a_lock(sync_db) -> bool:
             (POOL_APPLICATION_NAME,),
         )
     )
+
+
+async def test_a_result_over_the_maximum_fails_its_attempt_and_spares_the_rest_of_its_batch(
+    db: Database, rejections: CountingRejections
+) -> None:
+    """The API is the last word on the result limit, whatever a worker's setting says: the oversized
+    result is not stored, its attempt fails PERMANENT naming the limit, and its batch's others are stored."""
+    reports = WorkerReports(db, rejections, lease_max_seconds=3600, max_result_bytes=1000)
+    await factories.insert_jobs(db, 2)
+    large, small = await factories.claim(db, limit=2)
+
+    outcomes = await reports.complete_many(
+        WORKER_ID,
+        [
+            Completion(large.job_id, large.fencing_token, b"x" * 1001),
+            Completion(small.job_id, small.fencing_token, b"ok"),
+        ],
+    )
+
+    assert outcomes == [ReportOutcome.RESULT_TOO_LARGE, ReportOutcome.ACCEPTED]
+    async with db.transaction() as conn:
+        job = await job_store.get_job(conn, TENANT, large.job_id)
+        assert await job_store.get_result(conn, TENANT, large.job_id) == (JobState.FAILED, None)
+    assert job is not None and job.last_error is not None
+    assert job.last_error.category is ErrorCategory.PERMANENT
+    assert "1001 bytes, over the maximum of 1000 bytes (JOBS_MAX_RESULT_BYTES)" in job.last_error.message
+    assert not rejections.counts, "an oversized result is no fencing refusal"
+    third = await factories.insert_job(db)
+    claimed = await factories.claim_one(db)
+    assert claimed.job_id == third.job_id
+    with pytest.raises(FailedPrecondition) as refused:
+        await reports.complete(WORKER_ID, Completion(claimed.job_id, claimed.fencing_token, b"y" * 2000))
+    assert refused.value.reason == "RESULT_TOO_LARGE"

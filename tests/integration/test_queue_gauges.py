@@ -260,6 +260,25 @@ async def test_a_snapshot_read_without_the_lock_is_never_published(db, database_
         await replicas.close()
 
 
+async def test_a_paused_kind_is_exported_so_that_alerts_tell_a_pause_from_a_stall(db, database_url, sync_db) -> None:
+    await factories.insert_jobs(db, 1, tenant=TenantId("acme"))
+    factories.pause_kind(sync_db, "echo")
+    clock = FakeClock()
+    replicas = Replicas(database_url, clock)
+    exporter = replicas.refreshers[0]
+    try:
+        await exporter.refresh_once()
+        clock.advance(VALID_SECONDS)
+        await exporter.refresh_once()
+        assert _scrape(replicas.collectors[0])["jobs_kind_paused"] == {'{kind="echo"}': 1.0}
+
+        sync_db.execute("DELETE FROM kind_pauses")
+        await exporter.refresh_once()
+        assert "jobs_kind_paused" not in _scrape(replicas.collectors[0])
+    finally:
+        await replicas.close()
+
+
 def _scrape(collector: QueueGaugeCollector) -> dict[str, dict[str, float]]:
     """{metric: {labels: value}} as a scrape of a registry holding only `collector` shows them."""
     registry = CollectorRegistry()

@@ -82,7 +82,9 @@ def test_limits_and_weights_are_set_listed_deleted_and_recorded_with_who_and_why
     limit = _call(admin, "SetLimit", set_request).limit
     assert (limit.key, limit.max_running, limit.rate_per_second, limit.burst) == ("provider:openai", 4, 2.5, 5)
     assert limit.updated_by == "admin:ops"
-    _call(admin, "SetLimit", A.SetLimitRequest(key="kind:echo", max_running=10, burst=1, reason="smoke only"))
+    # Unset fields mean their defaults: max_running alone is a whole request, its bucket one.
+    alone = _call(admin, "SetLimit", A.SetLimitRequest(key="kind:echo", max_running=10, reason="smoke only")).limit
+    assert (alone.max_running, alone.rate_per_second, alone.burst) == (10, 0.0, 1)
     listed = _call(admin, "ListLimits", A.ListLimitsRequest()).limits
     assert [x.key for x in listed] == ["kind:echo", "provider:openai"]
     assert _call(admin, "DeleteLimit", A.DeleteLimitRequest(key="kind:echo", reason="done")).deleted
@@ -108,7 +110,9 @@ def test_limits_and_weights_are_set_listed_deleted_and_recorded_with_who_and_why
     ("method", "request_message", "field"),
     [
         ("SetLimit", A.SetLimitRequest(key="k", max_running=-1, burst=1, reason="r"), "max_running"),
-        ("SetLimit", A.SetLimitRequest(key="k", max_running=1, burst=0, reason="r"), "burst"),
+        ("SetLimit", A.SetLimitRequest(key="k", max_running=1, burst=-1, reason="r"), "burst"),
+        ("SetLimit", A.SetLimitRequest(key="k", rate_per_second=1e308, reason="r"), "rate_per_second"),
+        ("SetLimit", A.SetLimitRequest(key="k", rate_per_second=5e-324, reason="r"), "rate_per_second"),
         ("SetLimit", A.SetLimitRequest(key="k", rate_per_second=float("inf"), burst=1, reason="r"), "rate_per_second"),
         ("SetLimit", A.SetLimitRequest(key="k", rate_per_second=float("nan"), burst=1, reason="r"), "rate_per_second"),
         ("SetLimit", A.SetLimitRequest(key="k", rate_per_second=-1, burst=1, reason="r"), "rate_per_second"),

@@ -122,6 +122,25 @@ def test_watch_streams_are_capped(service_stack: ServiceStack) -> None:
         stream.cancel()
 
 
+def test_one_tenants_watch_streams_leave_other_tenants_room(service_stack: ServiceStack) -> None:
+    """Streams are bounded per tenant, not only per process: one tenant opening as many as it can once
+    made every other tenant's WatchJob fail RESOURCE_EXHAUSTED."""
+    service_stack.start_api(JOBS_MAX_WATCH_STREAMS="6", JOBS_MAX_WATCH_STREAMS_PER_TENANT="3")
+    acme, globex = service_stack.tenant("acme"), service_stack.tenant("globex")
+    acme_job, globex_job = acme.submit("echo").job.job_id, globex.submit("echo").job.job_id
+    hog: list = []
+    while len(hog) < 6 and _status(lambda: hog.append(_open_watch(acme, acme_job))) == grpc.StatusCode.OK:
+        pass
+    assert len(hog) == 3
+
+    refused = _refusal(lambda: _open_watch(acme, acme_job))
+    assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and _retry_delay_seconds(refused) > 0
+    others = [_open_watch(globex, globex_job) for _ in range(3)]
+
+    for stream in hog + others:
+        stream.cancel()
+
+
 def test_concurrent_calls_are_capped_but_probes_are_not(service_stack: ServiceStack) -> None:
     service_stack.health_port = free_port()
     service_stack.start_api(JOBS_MAX_CONCURRENT_RPCS="2", JOBS_HEALTH_LISTEN=f"127.0.0.1:{service_stack.health_port}")

@@ -4,6 +4,7 @@ cookies, the CSRF token on every action, the Content-Security-Policy, and escapi
 from __future__ import annotations
 
 import json
+import re
 import urllib.parse
 from pathlib import Path
 
@@ -173,6 +174,11 @@ def test_kinds_pause_and_limits_go_through_the_admin_use_cases(service_stack: Se
     assert client.post("/limits/set", {**limit, "csrf_token": csrf}).status == 303
     limits = client.get("/limits").body
     assert "kind:echo" in limits and "0.5" in limits
+    for bad in ({"max_running": "nan"}, {"max_running": "2.5"}, {"burst": "1e400", "max_running": "1"}):
+        refused = client.post("/limits/set", {"key": "kind:x", "reason": "r", "csrf_token": csrf, **bad})
+        assert refused.status == 400, bad
+    alone = {"key": "kind:y", "max_running": "2", "rate_per_second": "", "burst": "", "reason": "r"}
+    assert client.post("/limits/set", {**alone, "csrf_token": csrf}).status == 303
     weight = {"tenant": "globex", "weight": "4", "reason": "paying more"}
     assert client.post("/tenants/weight", {**weight, "csrf_token": csrf}).status == 303
     assert '>globex</a></td><td class="num">4<' in client.get("/limits").body
@@ -195,3 +201,30 @@ def test_a_job_page_shows_its_stage_checkpoints_and_progress(
     assert "Stage checkpoints" in page
     assert all(stage in page for stage in ("upload_check", "extract_text", "embed", "publish_index"))
     assert '<progress max="1" value="1.0">' in page and "100 %" in page
+
+
+def test_a_job_page_pages_its_dependents_and_says_why_a_pending_job_waits(
+    service_stack: ServiceStack, console: str
+) -> None:
+    """A job that thousands of jobs wait for shows them a page at a time (20,000 of them made a 4.7 MB
+    page); a due pending job says why it is not started."""
+    acme = service_stack.tenant("acme")
+    parent = acme.submit("echo", b"source").job.job_id
+    dependents = 250
+    acme.submit_many([jobs_pb2.SubmitJobRequest(kind="echo", depends_on=[parent]) for _ in range(dependents)])
+    client = signed_in(console)
+
+    pages: list[int] = []
+    path = f"/jobs/{parent}"
+    for _ in range(dependents):
+        body = client.get(path).body
+        pages.append(sum(1 for line in body.splitlines() if "<td>needed by</td>" in line))
+        more = re.search(r'href="(/jobs/[0-9a-f-]+\?dependents_after=[0-9a-f-]+)">More dependents', body)
+        if more is None:
+            break
+        path = more[1]
+    assert pages == [100, 100, 50]
+
+    client.post("/kinds/pause", {"kind": "echo", "reason": "provider down", "csrf_token": client.csrf_token("/kinds")})
+    waiting = client.get(f"/jobs/{parent}").body
+    assert "Waits because" in waiting and "its kind is paused by an operator (kind:echo) [kind_paused]" in waiting

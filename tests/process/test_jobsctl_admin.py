@@ -54,8 +54,10 @@ def test_limits_set_list_delete_transcript(api: str) -> None:
 def test_bad_limits_and_tenant_tokens_are_refused_with_the_field_or_the_role(api: str) -> None:
     negative = ops(api, "limits", "set", "k", "--max-running", "-1", "--reason", "r")
     assert negative.code == 2 and "max_running" in negative.stderr
-    burst = ops(api, "limits", "set", "k", "--rate", "1", "--burst", "0", "--reason", "r")
+    burst = ops(api, "limits", "set", "k", "--rate", "1", "--burst", "-1", "--reason", "r")
     assert burst.code == 2 and "burst" in burst.stderr
+    flood = ops(api, "limits", "set", "k", "--rate", "1e308", "--reason", "r")
+    assert flood.code == 2 and "rate_per_second" in flood.stderr
     no_reason = ops(api, "admin", "cancel", "--label", "batch=none", "--dry-run")
     assert no_reason.code == 2 and "--reason" in no_reason.stderr
     as_tenant = jobsctl(api, "limits", "list")

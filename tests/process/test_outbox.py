@@ -9,8 +9,10 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
+import grpc
 import psycopg
 import pytest
 from psycopg.rows import dict_row
@@ -146,3 +148,113 @@ async def test_an_asyncio_service_enqueues_in_its_own_transaction_too(outbox_url
                 raise RuntimeError("the caller's own change failed")
     [row] = _outbox(outbox_url)
     assert (row["outbox_id"], bytes(row["payload"]), row["labels"]) == (kept.outbox_id, b"a", {"k": "v"})
+
+
+def test_a_malformed_submission_is_refused_at_enqueue_in_the_callers_transaction(outbox_url):
+    with psycopg.connect(outbox_url) as conn:
+        with pytest.raises(jobs_outbox.InvalidSubmission) as refused, conn.transaction():
+            jobs_outbox.enqueue(conn, kind="echo", payload=b"kept?", labels={"attempt": 3})  # type: ignore[dict-item]
+        assert refused.value.field == "labels['attempt']" and "must be str, not int" in str(refused.value)
+        for bad, field in (
+            ({"kind": "Echo!"}, "kind"),
+            ({"kind": "echo", "priority": 5000}, "priority"),
+            ({"kind": "echo", "resource_version": 2}, "resource_version"),
+            ({"kind": "echo", "payload": "text, not bytes"}, "payload"),
+            ({"kind": "echo", "run_after": datetime(2030, 1, 1)}, "run_after"),
+        ):
+            with pytest.raises(jobs_outbox.InvalidSubmission) as refused:
+                jobs_outbox.enqueue(conn, **bad)
+            assert refused.value.field == field
+        conn.rollback()
+    assert _outbox(outbox_url) == []
+
+
+def test_the_relay_ends_a_row_it_cannot_send_with_the_reason_and_goes_on(service_stack: ServiceStack, outbox_url):
+    """A row written around enqueue's checks (by SQL, or before they existed) once crashed the relay at
+    every start, and no row committed after it was ever sent."""
+    service_stack.start_api(JOBS_SCHEDULER_ENABLED="false")
+    batch = uuid.uuid4().hex
+    with psycopg.connect(outbox_url) as conn:
+        conn.execute("INSERT INTO jobs_outbox (kind, labels) VALUES ('echo', '{\"attempt\": 3}')")
+        conn.execute("INSERT INTO jobs_outbox (kind, priority) VALUES ('echo', 2000000000)")
+        jobs_outbox.enqueue(conn, kind="echo", payload=b"after", labels={"batch": batch})
+
+    relay = _relay(service_stack, outbox_url, "relay", "--once")
+
+    assert relay.wait(WAIT_SECONDS) == 0
+    malformed, out_of_range, good = _outbox(outbox_url)
+    assert malformed["failed_at"] and "labels['attempt']" in malformed["last_error"]
+    assert out_of_range["failed_at"] and "priority" in out_of_range["last_error"]
+    assert good["sent_at"] and [j.job_id for j in _jobs_labelled(service_stack.tenant("acme"), batch)] == [
+        good["job_id"]
+    ]
+
+
+def test_a_refusal_no_retry_can_change_ends_the_row_at_once(service_stack: ServiceStack, outbox_url):
+    """RESOURCE_DELETED was retried every 60 s for ever; every refusal is classified by one table."""
+    service_stack.start_api(JOBS_SCHEDULER_ENABLED="false")
+    acme = service_stack.tenant("acme")
+    acme.submit("echo", b"v1", resource_key="doc:1", resource_version=1)
+    acme.stub.DeleteResource(
+        jobs_pb2.DeleteResourceRequest(resource_key="doc:1", reason="gone"), metadata=acme.metadata, timeout=10
+    )
+    with psycopg.connect(outbox_url) as conn:
+        jobs_outbox.enqueue(conn, kind="echo", payload=b"v1 again", resource_key="doc:1", resource_version=1)
+
+    assert _relay(service_stack, outbox_url, "relay", "--once").wait(WAIT_SECONDS) == 0
+
+    [row] = _outbox(outbox_url)
+    assert row["failed_at"] is not None and row["attempts"] == 1
+    assert row["last_error"].startswith("FAILED_PRECONDITION RESOURCE_DELETED:")
+
+
+def test_a_deletion_travels_through_the_outbox_after_the_versions_written_before_it(
+    service_stack: ServiceStack, outbox_url
+):
+    """Version 2 saved through the outbox, then the document deleted, before the relay ran: the relay
+    submitted version 2 after the deletion and it came back. Through the outbox, the deletion follows
+    it, and a version written after the deletion brings the key back as a new document."""
+    service_stack.start_api(JOBS_SCHEDULER_ENABLED="false")
+    acme = service_stack.tenant("acme")
+    with psycopg.connect(outbox_url) as conn:
+        with conn.transaction():
+            jobs_outbox.enqueue(conn, kind="echo", payload=b"v2", resource_key="doc:7", resource_version=2)
+        with conn.transaction():
+            jobs_outbox.enqueue_deletion(conn, resource_key="doc:7", reason="the author deleted it")
+        with conn.transaction():
+            jobs_outbox.enqueue_deletion(conn, resource_key="doc:never-sent", reason="nothing reached the service")
+
+    assert _relay(service_stack, outbox_url, "relay", "--once").wait(WAIT_SECONDS) == 0
+
+    version_2, deletion, never_sent = _outbox(outbox_url)
+    assert version_2["sent_at"] < deletion["sent_at"] and deletion["last_error"] == "deleted up to version 2"
+    assert never_sent["sent_at"] and never_sent["last_error"].startswith("nothing to delete")
+    assert acme.get(version_2["job_id"]).state == jobs_pb2.JOB_STATE_CANCELLED
+    with pytest.raises(grpc.RpcError) as latest:
+        acme.stub.GetLatestResult(
+            jobs_pb2.GetLatestResultRequest(resource_key="doc:7"), metadata=acme.metadata, timeout=10
+        )
+    assert latest.value.code() == grpc.StatusCode.NOT_FOUND
+
+    with psycopg.connect(outbox_url) as conn:
+        jobs_outbox.enqueue(conn, kind="echo", payload=b"v3", resource_key="doc:7", resource_version=3)
+    assert _relay(service_stack, outbox_url, "relay-again", "--once").wait(WAIT_SECONDS) == 0
+    assert acme.get(_outbox(outbox_url)[-1]["job_id"]).state == jobs_pb2.JOB_STATE_PENDING
+
+
+def test_a_keys_rows_wait_behind_an_earlier_one_that_waits_out_a_transient_refusal(outbox_url):
+    """The claim itself, without a relay: a key's second row is not claimable while its first is unsent
+    (held by a relay, or waiting to retry), and other keys' rows are."""
+    with psycopg.connect(outbox_url, row_factory=dict_row) as conn:
+        first = jobs_outbox.enqueue(conn, kind="echo", resource_key="doc:1", resource_version=1)
+        jobs_outbox.enqueue_deletion(conn, resource_key="doc:1", reason="gone")
+        other = jobs_outbox.enqueue(conn, kind="echo", resource_key="doc:2", resource_version=1)
+        plain = jobs_outbox.enqueue(conn, kind="echo")
+        conn.commit()
+        claimable = [r["outbox_id"] for r in conn.execute(jobs_outbox.QUERIES["outbox_claim"], {"limit": 10})]
+        assert claimable == [first.outbox_id, other.outbox_id, plain.outbox_id]
+        conn.rollback()
+        conn.execute("UPDATE jobs_outbox SET next_attempt_at = now() + interval '1 hour' WHERE outbox_id = %s",
+                     (first.outbox_id,))  # fmt: skip
+        claimable = [r["outbox_id"] for r in conn.execute(jobs_outbox.QUERIES["outbox_claim"], {"limit": 10})]
+        assert claimable == [other.outbox_id, plain.outbox_id]

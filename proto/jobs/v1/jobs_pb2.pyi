@@ -443,7 +443,7 @@ class DeliverySetMemberStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., result: _Optional[_Union[JobResult, _Mapping]] = ...) -> None: ...
 
 class DeliverySet(_message.Message):
-    __slots__ = ("set_id", "resource_key", "resource_version", "failure_policy", "state", "members", "fan_in", "fan_in_result", "created_at")
+    __slots__ = ("set_id", "resource_key", "resource_version", "failure_policy", "state", "members", "fan_in", "fan_in_result", "created_at", "next_page_token")
     SET_ID_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -453,6 +453,7 @@ class DeliverySet(_message.Message):
     FAN_IN_FIELD_NUMBER: _ClassVar[int]
     FAN_IN_RESULT_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     set_id: str
     resource_key: str
     resource_version: int
@@ -462,7 +463,8 @@ class DeliverySet(_message.Message):
     fan_in: Job
     fan_in_result: JobResult
     created_at: _timestamp_pb2.Timestamp
-    def __init__(self, set_id: _Optional[str] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., failure_policy: _Optional[_Union[DeliverySetFailurePolicy, str]] = ..., state: _Optional[_Union[DeliverySetState, str]] = ..., members: _Optional[_Iterable[_Union[DeliverySetMemberStatus, _Mapping]]] = ..., fan_in: _Optional[_Union[Job, _Mapping]] = ..., fan_in_result: _Optional[_Union[JobResult, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, set_id: _Optional[str] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., failure_policy: _Optional[_Union[DeliverySetFailurePolicy, str]] = ..., state: _Optional[_Union[DeliverySetState, str]] = ..., members: _Optional[_Iterable[_Union[DeliverySetMemberStatus, _Mapping]]] = ..., fan_in: _Optional[_Union[Job, _Mapping]] = ..., fan_in_result: _Optional[_Union[JobResult, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class SubmitDeliverySetResponse(_message.Message):
     __slots__ = ("set", "created")
@@ -473,18 +475,22 @@ class SubmitDeliverySetResponse(_message.Message):
     def __init__(self, set: _Optional[_Union[DeliverySet, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
 
 class GetDeliverySetRequest(_message.Message):
-    __slots__ = ("resource_key", "resource_version")
+    __slots__ = ("resource_key", "resource_version", "page_token")
     RESOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     resource_key: str
     resource_version: int
-    def __init__(self, resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ...) -> None: ...
+    page_token: str
+    def __init__(self, resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class GetLatestDeliverySetRequest(_message.Message):
-    __slots__ = ("resource_key",)
+    __slots__ = ("resource_key", "page_token")
     RESOURCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     resource_key: str
-    def __init__(self, resource_key: _Optional[str] = ...) -> None: ...
+    page_token: str
+    def __init__(self, resource_key: _Optional[str] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class CreateScheduleRequest(_message.Message):
     __slots__ = ("schedule_id", "job", "cron", "time_zone", "overlap_policy", "catchup_window_seconds", "paused", "note")

@@ -20,12 +20,14 @@ class ReportOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REPORT_OUTCOME_JOB_CANCELLED: _ClassVar[ReportOutcome]
     REPORT_OUTCOME_JOB_SUPERSEDED: _ClassVar[ReportOutcome]
     REPORT_OUTCOME_RESOURCE_DELETED: _ClassVar[ReportOutcome]
+    REPORT_OUTCOME_RESULT_TOO_LARGE: _ClassVar[ReportOutcome]
 REPORT_OUTCOME_UNSPECIFIED: ReportOutcome
 REPORT_OUTCOME_ACCEPTED: ReportOutcome
 REPORT_OUTCOME_LEASE_LOST: ReportOutcome
 REPORT_OUTCOME_JOB_CANCELLED: ReportOutcome
 REPORT_OUTCOME_JOB_SUPERSEDED: ReportOutcome
 REPORT_OUTCOME_RESOURCE_DELETED: ReportOutcome
+REPORT_OUTCOME_RESULT_TOO_LARGE: ReportOutcome
 
 class Lease(_message.Message):
     __slots__ = ("job_id", "fencing_token")

@@ -91,3 +91,19 @@ WITH exporter AS (
 SELECT e.lock_held, p.key, p.max_running, p.running, p.waiting, coalesce(p.saturated, false) AS saturated
 FROM exporter AS e
 LEFT JOIN per_key AS p ON e.lock_held;
+
+-- name: metrics_kind_pauses
+-- The kinds an operator paused, so that alerts on waiting work can tell a pause from a stall; only with the exporter lock's proof read in the same statement.
+WITH exporter AS (
+    SELECT EXISTS (
+        SELECT 1 FROM pg_locks
+        WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+          AND classid = (%(lock_key)s::bigint >> 32)::oid
+          AND objid = (%(lock_key)s::bigint & 4294967295)::oid
+          AND objsubid = 1
+    ) AS lock_held
+)
+SELECT e.lock_held, p.kind
+FROM exporter AS e
+LEFT JOIN kind_pauses AS p ON e.lock_held
+ORDER BY p.kind;

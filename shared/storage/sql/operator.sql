@@ -65,10 +65,18 @@ FROM jobs AS j
 LEFT JOIN job_results AS r ON r.job_id = j.job_id
 WHERE j.job_id = %(job_id)s::uuid;
 
--- name: operator_job_relatives
--- The jobs one job depends on and the jobs that depend on it, with their states.
-SELECT j.job_id, j.kind, j.state, j.job_id = ANY (%(depends_on)s::uuid[]) AS is_dependency
+-- name: operator_job_dependencies
+-- The jobs one job depends on (at most a submission's 100), with their states.
+SELECT j.job_id, j.kind, j.state, true AS is_dependency
 FROM jobs AS j
 WHERE j.job_id = ANY (%(depends_on)s::uuid[])
-   OR (j.depends_on @> ARRAY[%(job_id)s::uuid] AND j.depends_on <> '{}')
-ORDER BY is_dependency DESC, j.created_at;
+ORDER BY j.created_at, j.job_id;
+
+-- name: operator_job_dependents_page
+-- A page of the jobs that depend on one job, in job id order after the given one: a job may have tens of thousands.
+SELECT j.job_id, j.kind, j.state, false AS is_dependency
+FROM jobs AS j
+WHERE j.depends_on @> ARRAY[%(job_id)s::uuid] AND j.depends_on <> '{}'
+  AND (%(after_job_id)s::uuid IS NULL OR j.job_id > %(after_job_id)s::uuid)
+ORDER BY j.job_id
+LIMIT %(limit)s;

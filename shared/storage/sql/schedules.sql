@@ -3,9 +3,9 @@
 -- name: schedule_insert
 -- Stores a new schedule; returns nothing when the tenant already has one with this id.
 INSERT INTO schedules (tenant, schedule_id, cron, time_zone, overlap_policy, catchup_window_seconds, kind,
-                       payload, priority, max_attempts, labels, paused, note, next_fire_at, created_by)
+                       payload, priority, max_attempts, labels, limit_keys, paused, note, next_fire_at, created_by)
 VALUES (%(tenant)s, %(schedule_id)s, %(cron)s, %(time_zone)s, %(overlap_policy)s, %(catchup_window_seconds)s,
-        %(kind)s, %(payload)s, %(priority)s, %(max_attempts)s, %(labels)s, %(paused)s, %(note)s,
+        %(kind)s, %(payload)s, %(priority)s, %(max_attempts)s, %(labels)s, %(limit_keys)s, %(paused)s, %(note)s,
         %(next_fire_at)s, %(created_by)s)
 ON CONFLICT (tenant, schedule_id) DO NOTHING
 RETURNING *;
@@ -38,13 +38,27 @@ RETURNING *;
 DELETE FROM schedules WHERE tenant = %(tenant)s AND schedule_id = %(schedule_id)s RETURNING schedule_id;
 
 -- name: schedule_claim_due
--- Locks due schedules of every tenant that no other replica holds, with the database's clock.
+-- Locks due schedules that no other replica holds, fair across tenants as the claim is: among the oldest due (a window of them), in turns of each tenant's oldest (a tenant's weight its share of a turn), so one tenant's backlog of due fires never keeps another's waiting; tenants this replica just saw refused are left out.
 SELECT s.*, clock_timestamp() AS claimed_at
-FROM schedules AS s
+FROM (
+    SELECT c.schedule_uid, c.next_fire_at,
+           row_number() OVER (PARTITION BY c.tenant ORDER BY c.next_fire_at, c.schedule_uid)::float8
+               / coalesce(w.weight, 1) AS turn
+    FROM (
+        SELECT d.schedule_uid, d.tenant, d.next_fire_at
+        FROM schedules AS d
+        WHERE NOT d.paused AND (d.next_fire_at <= clock_timestamp() OR d.buffered_fire_at IS NOT NULL)
+          AND d.tenant <> ALL (%(deferred_tenants)s::text[])
+        ORDER BY d.next_fire_at
+        LIMIT %(window)s
+    ) AS c
+    LEFT JOIN tenant_weights AS w ON w.tenant = c.tenant
+) AS due
+JOIN schedules AS s ON s.schedule_uid = due.schedule_uid
 WHERE NOT s.paused AND (s.next_fire_at <= clock_timestamp() OR s.buffered_fire_at IS NOT NULL)
-ORDER BY s.next_fire_at
+ORDER BY due.turn, due.next_fire_at, s.schedule_uid
 LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED;
+FOR UPDATE OF s SKIP LOCKED;
 
 -- name: schedule_clock
 -- The database's clock, which every fire time is compared with.
