@@ -15,6 +15,10 @@ BENCH_VENV := .bench-venv
 BENCH_VENV_STAMP := $(BENCH_VENV)/.installed-from-requirements
 BENCH_REQUIREMENTS := benchmarks/pgqueuer-requirements.txt
 
+# pytest-xdist workers for `make test` and `make test-fast` (0: one process); each has its own
+# databases, login roles and ports. The slowest tests are listed after each run.
+PYTEST_WORKERS ?= 2
+PYTEST_DURATIONS ?= 25
 # The tests create their own databases through this admin connection.
 TEST_ADMIN_URL_DEFAULT := postgresql://postgres@127.0.0.1:5432/postgres
 export JOBS_TEST_ADMIN_URL ?= $(or $(DATABASE_URL),$(TEST_ADMIN_URL_DEFAULT))
@@ -57,11 +61,11 @@ format: venv ## Apply ruff's formatter and its autofixable lint rules
 
 test: venv node-deps lint ## lint, then every test tier (PostgreSQL from JOBS_TEST_ADMIN_URL, else DATABASE_URL, else local :5432)
 	@echo "tests use admin URL $(JOBS_TEST_ADMIN_URL)"
-	$(VENV)/bin/pytest tests
+	$(VENV)/bin/pytest tests -n $(PYTEST_WORKERS) --durations=$(PYTEST_DURATIONS)
 
 test-fast: venv ## The tiers that run no service process: tests/unit and tests/integration (no lint; `make test` proves everything)
 	@echo "tests use admin URL $(JOBS_TEST_ADMIN_URL)"
-	$(VENV)/bin/pytest tests/unit tests/integration
+	$(VENV)/bin/pytest tests/unit tests/integration -n $(PYTEST_WORKERS) --durations=$(PYTEST_DURATIONS)
 
 run: venv ## The API and two workers on loopback, over DATABASE_URL or an embedded PostgreSQL in .dev/
 	$(VENV_PYTHON) scripts/dev_stack.py

@@ -84,8 +84,9 @@ def _connection_age_options(seconds: float) -> list[tuple[str, int]]:
     ]
 
 
-async def serve(settings: ApiSettings) -> None:
-    """Runs until SIGTERM or SIGINT, then drains in-flight calls within the grace period."""
+async def serve(settings: ApiSettings, stop: asyncio.Event | None = None) -> None:
+    """Runs until SIGTERM or SIGINT, then drains in-flight calls within the grace period. Given `stop`,
+    runs until it is set and handles no signal: a server embedded in another program (the tests')."""
     if settings.ignored_handler_modules:
         log.warning(
             "JOBS_HANDLER_MODULES is ignored by the API (%s): the API learns job kinds from the workers",
@@ -172,9 +173,10 @@ async def serve(settings: ApiSettings) -> None:
         raise OSError(f"cannot listen on {settings.listen}")
     background = []
     probes = _health_only_server(settings.health_listen, health_servicer) if settings.health_listen else None
+    metrics_server = None
     if settings.metrics_listen:
         host, metrics_port = split_host_port(settings.metrics_listen)
-        start_http_server(metrics_port, addr=host, registry=metrics.registry)
+        metrics_server, _ = start_http_server(metrics_port, addr=host, registry=metrics.registry)
         background.append(asyncio.create_task(_queue_gauge_refresher(settings, metrics).run()))
         background.append(
             asyncio.create_task(
@@ -192,7 +194,8 @@ async def serve(settings: ApiSettings) -> None:
     console = ConsoleServer(settings.console, principals, db) if settings.console else None
     if console:
         await console.start()
-    _reload_on_sighup(principals, tls)
+    if stop is None:
+        _reload_on_sighup(principals, tls)
     background += [
         asyncio.create_task(_publish_builtin_kinds(db)),
         asyncio.create_task(HealthMonitor(health_servicer, db, settings.health_interval_seconds).run()),
@@ -216,7 +219,7 @@ async def serve(settings: ApiSettings) -> None:
         "plaintext" if not settings.tls else "mutual TLS" if settings.tls.client_ca_file else "TLS",
         f", health also on {settings.health_listen} (plaintext)" if settings.health_listen else "",
     )
-    await _wait_for_stop_signal()
+    await (stop.wait() if stop is not None else _wait_for_stop_signal())
     log.info("shutting down: draining calls in flight for up to %.0fs", settings.shutdown_grace_seconds)
     drain_started = time.monotonic()
     for task in background:
@@ -229,6 +232,9 @@ async def serve(settings: ApiSettings) -> None:
     if probes:
         await probes.stop(None)
     await db.close()
+    if metrics_server:
+        metrics_server.shutdown()
+        metrics_server.server_close()
     log.info("API stopped: drained in %.1fs", time.monotonic() - drain_started)
 
 

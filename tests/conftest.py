@@ -3,11 +3,13 @@ per test) live in tests/db_fixtures.py, the service processes' in tests/process_
 
 Every test file sits in the folder of its tier, named after what its tests need (tests/README.md):
 unit (nothing), integration (a database), process (the real services as processes), stack (whole-stack
-scenarios). Each test is marked with its tier, and a tier's tests may not use the fixtures of a heavier
-one, so `make test-fast` (unit and integration) never starts a service process."""
+scenarios). Each test is marked with its tier; a unit test may not use a database, and in the integration
+tier `service_stack` runs the services in the test process, so `make test-fast` (unit and integration)
+never starts a service process."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ import pytest
 pytest_plugins = (
     "tests.db_fixtures",
     "tests.process_fixtures",
+    "tests.in_process_services",
     "tests.database_roles",
     "tests.prometheus_server",
     "tests.otlp_receiver",
@@ -22,12 +25,15 @@ pytest_plugins = (
 
 TESTS_DIR = Path(__file__).resolve().parent
 # Each tier, lightest first, with the fixtures that would make one of its tests need a heavier tier.
+# In tests/integration, `service_stack` is the in-process stack (tests/integration/conftest.py), so
+# only the unit tier has fixtures to refuse.
 TIER_FORBIDDEN_FIXTURES = {
-    "unit": {"test_databases", "service_stack"},
-    "integration": {"service_stack"},
+    "unit": {"test_databases", "service_stack", "in_process_stack"},
+    "integration": set(),
     "process": set(),
     "stack": set(),
 }
+TIER_RUN_ORDER = ("stack", "process", "integration", "unit")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -44,3 +50,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             misplaced.append(f"{item.nodeid}: uses {', '.join(sorted(heavier))}, which the {tier} tier may not")
     if misplaced:
         raise pytest.UsageError("tests outside their tier (see tests/README.md):\n  " + "\n  ".join(misplaced))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Heaviest tier first, so that parallel workers do not end on a lone minute-long scenario.
+        # Every worker sorts its collection alike, as pytest-xdist requires.
+        items.sort(key=lambda item: TIER_RUN_ORDER.index(item.path.resolve().relative_to(TESTS_DIR).parts[0]))

@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import queue
 import re
 import socket
+import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +36,10 @@ _OWN_NAME = re.compile(rf"^{DATABASE_NAME_PREFIX}_{_HOST_TAG}_(\d+)_")
 # Measured on PostgreSQL 15 with this schema: WAL_LOG (the default) clones, uses and drops a database in
 # ~75 ms, FILE_COPY in ~140 ms; FILE_COPY's two checkpoints cost more than WAL-logging a tiny template.
 CLONE_STRATEGY = "WAL_LOG"
+# PostgreSQL 15 ends every DROP DATABASE with an immediate checkpoint: 0.1 s on a quiet server, a second
+# and more on a busy one. A test's database is dropped by a thread of its own, off the tests' path; this
+# many may wait for it before a test's teardown waits too, which bounds the disk they hold.
+DROPS_WAITING_MAX = 32
 POOL_MAX_SIZE_DEFAULT = 10
 # Lets a test find the pool's backends in pg_stat_activity (to wait until one is blocked on a lock).
 POOL_APPLICATION_NAME = "jobs-tests"
@@ -56,7 +62,8 @@ def _pid_is_running(pid: int) -> bool:
 
 
 class TestDatabases:
-    """Creates and drops this session's databases through one autocommit admin connection."""
+    """Creates and drops this session's databases through autocommit admin connections: one for the
+    tests, one for the thread that drops the databases they finished with."""
 
     __test__ = False  # not a test class, despite the name
 
@@ -68,6 +75,12 @@ class TestDatabases:
         self._prefix = f"{DATABASE_NAME_PREFIX}_{_HOST_TAG}_{os.getpid()}"
         self._numbers = itertools.count(1)
         self._created: list[str] = []
+        self._created_lock = threading.Lock()
+        self._to_drop: queue.Queue[str | None] = queue.Queue(DROPS_WAITING_MAX)
+        # Opened here, so that a server that refuses it fails the session at once, not a thread.
+        self._dropper_admin = psycopg.connect(admin_url, autocommit=True)
+        self._dropper = threading.Thread(target=self._drop_in_background, name="test-database-dropper", daemon=True)
+        self._dropper.start()
         self.template = f"{self._prefix}_template"
 
     def url(self, name: str) -> str:
@@ -93,7 +106,8 @@ class TestDatabases:
                 sql.Identifier(name), sql.Identifier(template), sql.SQL(strategy)
             )
         )
-        self._created.append(name)
+        with self._created_lock:
+            self._created.append(name)
         return self.url(name)
 
     def create_clone(self) -> str:
@@ -105,15 +119,36 @@ class TestDatabases:
         return self.create(f"{self._prefix}_{next(self._numbers)}_empty", template="template0")
 
     def drop(self, name: str) -> None:
+        self._drop_on(self._admin, name)
+
+    def _drop_on(self, admin: psycopg.Connection, name: str) -> None:
         # FORCE ends connections a failed test left open, so teardown never hangs on them.
-        self._admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        if name in self._created:
-            self._created.remove(name)
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        with self._created_lock:
+            if name in self._created:
+                self._created.remove(name)
 
     def drop_url(self, url: str) -> None:
         self.drop(urlsplit(url).path.lstrip("/"))
 
+    def drop_url_later(self, url: str) -> None:
+        """Hands the database to the dropper thread; `close()` waits until it is gone."""
+        self._to_drop.put(urlsplit(url).path.lstrip("/"))
+
+    def _drop_in_background(self) -> None:
+        while (name := self._to_drop.get()) is not None:
+            try:
+                self._drop_on(self._dropper_admin, name)
+            except psycopg.Error:
+                pass  # still listed as created: close() drops it again, and a failure there is seen
+            finally:
+                self._to_drop.task_done()
+
     def close(self) -> None:
+        self._to_drop.join()
+        self._to_drop.put(None)
+        self._dropper.join()
+        self._dropper_admin.close()
         for name in list(reversed(self._created)):
             self.drop(name)
         self._admin.close()
@@ -145,15 +180,24 @@ class SyncProbe:
         return {table: self.rows(query) for table, query in SNAPSHOT_QUERIES.items()}
 
 
+# Closed by pytest_sessionfinish, not by the fixture's teardown: that runs within the last test's
+# timeout, and the dropper may still have a backlog to work through.
+_SESSION_DATABASES: list[TestDatabases] = []
+
+
 @pytest.fixture(scope="session")
-def test_databases() -> Iterator[TestDatabases]:
+def test_databases() -> TestDatabases:
     databases = TestDatabases(os.environ.get(ADMIN_URL_ENV, ADMIN_URL_DEFAULT))
-    try:
-        databases.drop_abandoned()
-        databases.build_template()
-        yield databases
-    finally:
-        databases.close()
+    _SESSION_DATABASES.append(databases)
+    databases.drop_abandoned()
+    databases.build_template()
+    return databases
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """After the last test: waits for the dropper, then drops what is left, the template last."""
+    while _SESSION_DATABASES:
+        _SESSION_DATABASES.pop().close()
 
 
 @pytest.fixture
@@ -163,7 +207,7 @@ def database_url(test_databases: TestDatabases) -> Iterator[str]:
     try:
         yield url
     finally:
-        test_databases.drop_url(url)
+        test_databases.drop_url_later(url)
 
 
 @pytest.fixture
@@ -173,7 +217,7 @@ def empty_database_url(test_databases: TestDatabases) -> Iterator[str]:
     try:
         yield url
     finally:
-        test_databases.drop_url(url)
+        test_databases.drop_url_later(url)
 
 
 @pytest.fixture

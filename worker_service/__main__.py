@@ -28,18 +28,22 @@ from worker_service.worker import Worker
 log = logging.getLogger("worker_service")
 
 
-async def run(settings: WorkerSettings) -> None:
-    # First of all: a SIGTERM that arrives while the replica starts up is a stop, drained like any other.
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+async def run(settings: WorkerSettings, stop: asyncio.Event | None = None) -> None:
+    """Runs until SIGTERM or SIGINT, then drains. Given `stop`, runs until it is set and handles no
+    signal: a replica embedded in another program (the tests')."""
+    if stop is None:
+        # First of all: a SIGTERM that arrives while the replica starts up is a stop, drained like any other.
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
     registry = load_registry(settings.handler_modules)
     metrics = WorkerMetrics(settings.metrics_tenant_limit)
     health = WorkerHealth(stall_seconds=settings.liveness_stall_seconds)
+    health_server = None
     if settings.metrics_listen:
         host, port = split_host_port(settings.metrics_listen)
-        start_health_server(host, port, metrics.registry, health)
+        health_server = start_health_server(host, port, metrics.registry, health)
     db = await Database.open(
         PoolSettings(
             settings.database.url,
@@ -80,6 +84,9 @@ async def run(settings: WorkerSettings) -> None:
     finally:
         await api.close()
         await db.close()
+        if health_server:
+            health_server.shutdown()
+            health_server.server_close()
     log.info("worker %s stopped", settings.worker_id)
 
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
@@ -70,8 +70,8 @@ class _QuietHandler(WSGIRequestHandler):
         """Probes every few seconds would drown the log."""
 
 
-def start_health_server(host: str, port: int, registry: CollectorRegistry, health: WorkerHealth) -> None:
-    """Serves /metrics, /livez and /readyz on a daemon thread."""
+def start_health_server(host: str, port: int, registry: CollectorRegistry, health: WorkerHealth) -> WSGIServer:
+    """Serves /metrics, /livez and /readyz on a daemon thread until the returned server is shut down."""
     # prometheus_client annotates its app as a bare Callable; this is the WSGI signature it implements.
     metrics: Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]] = make_wsgi_app(registry)
 
@@ -85,3 +85,4 @@ def start_health_server(host: str, port: int, registry: CollectorRegistry, healt
 
     server = make_server(host, port, app, ThreadingWSGIServer, handler_class=_QuietHandler)
     threading.Thread(target=server.serve_forever, name="health-server", daemon=True).start()
+    return server

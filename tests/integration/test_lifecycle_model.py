@@ -172,7 +172,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.loop.close()
             self.probe.conn.close()
         finally:
-            self.databases.drop_url(self.url)
+            self.databases.drop_url_later(self.url)
 
     def run(self, call: Coroutine[Any, Any, Any]) -> Any:
         return self.loop.run_until_complete(call)

@@ -207,7 +207,7 @@ async def test_a_replica_whose_session_was_killed_stops_exporting_before_another
 
         killed = sync_db.one(
             "SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity"
-            " WHERE application_name = 'jobs-tests-exporter-0'"
+            " WHERE application_name = 'jobs-tests-exporter-0' AND datname = current_database()"
         )
         assert killed["killed"]
 

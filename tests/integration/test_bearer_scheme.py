@@ -9,7 +9,7 @@ import pytest
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc
 from tests.process_fixtures import ServiceStack, tenant_token
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def _get(stub: jobs_pb2_grpc.JobServiceStub, job_id: str, authorization: str) -> jobs_pb2.Job:

@@ -1,10 +1,10 @@
-"""`jobsctl watch`, `cancel`, `retry` and `events` against the real API and worker processes: what a user
-sees, and the exit code that tells a script how the job ended."""
+"""`jobsctl watch`, `cancel`, `retry` and `events` against the API and workers (in this process): what a
+user sees, and the exit code that tells a script how the job ended. A watch across an API process's
+restart is in tests/process/test_jobsctl_watch_restart_e2e.py."""
 
 from __future__ import annotations
 
 import json
-import signal
 import time
 from datetime import datetime
 
@@ -14,7 +14,7 @@ from jobs.v1 import jobs_pb2
 from tests.jobsctl_process import jobsctl, start_jobsctl
 from tests.process_fixtures import ServiceStack, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 WATCH_TIMEOUT_SECONDS = 60
 
@@ -139,22 +139,6 @@ def test_watch_gives_up_at_max_wait_with_exit_5(api: str) -> None:
     assert run.code == 5
     assert "did not settle within 1s" in run.stderr
     assert _states(run.text) == ["PENDING"]
-
-
-def test_watch_resumes_from_its_last_sequence_when_the_api_restarts(service_stack: ServiceStack, api: str) -> None:
-    job_id = _submit(api, "echo", "after the restart")
-    watch = start_jobsctl(api, "watch", job_id)
-    assert watch.stdout is not None
-    first_line = watch.stdout.readline().decode()
-    assert "PENDING" in first_line
-    api_process = service_stack.processes[0]
-    api_process.signal(signal.SIGTERM)
-    api_process.popen.wait(timeout=20)
-    service_stack.start_api()
-    service_stack.start_worker("w1")
-    out, err = watch.communicate(timeout=WATCH_TIMEOUT_SECONDS)
-    assert watch.returncode == 0, err
-    assert _states(first_line + out.decode()) == ["PENDING", "RUNNING", "SUCCEEDED"], "no repeats, no gaps"
 
 
 def test_unknown_job_is_not_found_for_every_command(api: str) -> None:

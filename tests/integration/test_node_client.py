@@ -1,6 +1,6 @@
 """A caller in a second language: tests/node_client/jobs_client.mjs (@grpc/grpc-js and @grpc/proto-loader
 on the .proto files alone, none of our generated code) submits, watches and reads a result against the
-real API and worker processes, and decodes a refusal's google.rpc details from the vendored protos.
+API and a worker (in the test process), and decodes a refusal's google.rpc details from the vendored protos.
 `make node-deps` (a prerequisite of `make test`) installs its packages from package-lock.json."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from jobs.v1 import jobs_pb2
 from tests.process_fixtures import REPO_ROOT, ServiceStack, tenant_token
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 CLIENT = REPO_ROOT / "tests" / "node_client" / "jobs_client.mjs"
 NODE_MODULES = REPO_ROOT / "node_modules"

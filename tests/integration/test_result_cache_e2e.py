@@ -1,4 +1,4 @@
-"""Reads that never recompute, on the real API and worker processes: concurrent result reads of one job
+"""Reads that never recompute, on the API and a worker (in this process): concurrent result reads of one job
 cost one database read, tenants stay walled, and identical submissions asking for de-duplication run once.
 
 Database reads are counted at the loader boundary, by the API's own jobs_result_cache_loads_total."""
@@ -16,7 +16,7 @@ import pytest
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc
 from tests.process_fixtures import ServiceProcess, ServiceStack, TenantClient, tenant_token, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 S = jobs_pb2.JobState
 LOADS = "jobs_result_cache_loads_total"

@@ -1,4 +1,4 @@
-"""`jobsctl schedules …` as a user runs it, against a real API process and its scheduler."""
+"""`jobsctl schedules …` as a user runs it, against the API (in this process) and its scheduler."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from tests.jobsctl_process import jobsctl
 from tests.process_fixtures import ServiceStack, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 
 def test_schedules_create_list_pause_trigger_resume_delete(service_stack: ServiceStack):

@@ -15,7 +15,7 @@ from jobs.v1 import jobs_pb2
 from shared.rpc_error_details import rpc_error_details
 from tests.process_fixtures import ServiceStack, TenantClient, free_port, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 SUCCEEDED = jobs_pb2.JOB_STATE_SUCCEEDED
 PENDING = jobs_pb2.JOB_STATE_PENDING

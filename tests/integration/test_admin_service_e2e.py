@@ -1,4 +1,4 @@
-"""jobs.v1.AdminService through the real API process: role walls both ways, each RPC, bad input naming
+"""jobs.v1.AdminService through the API (in this process): role walls both ways, each RPC, bad input naming
 its field, cross-tenant search, and bulk actions whose dry run count is the real count, each change
 recorded with who and why."""
 
@@ -18,7 +18,7 @@ from jobs.v1 import admin_pb2, jobs_pb2, worker_pb2
 from shared.rpc_error_details import rpc_error_details
 from tests.process_fixtures import READONLY_TOKEN, AdminClient, ServiceStack, TenantClient, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 A = admin_pb2
 

@@ -1,4 +1,4 @@
-"""Pushbacks and batch reports through the real API and worker processes."""
+"""Pushbacks and batch reports through the API and a worker (in this process)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from shared.rpc_error_details import rpc_error_details
 from tests.handlers_for_tests import PUSHBACK_KEY
 from tests.process_fixtures import ServiceStack, TenantClient, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 S = jobs_pb2.JobState
 R = worker_pb2.ReportOutcome

@@ -1,4 +1,4 @@
-"""Bad input through the real API: INVALID_ARGUMENT naming the field, and nothing written."""
+"""Bad input through the API (in this process): INVALID_ARGUMENT naming the field, and nothing written."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from jobs.v1 import jobs_pb2
 from shared.rpc_error_details import rpc_error_details
 from tests.process_fixtures import ServiceStack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 PAYLOAD_LIMIT = 4096
 # A number that no JobState has, which the API must refuse.

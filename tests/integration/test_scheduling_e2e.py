@@ -1,4 +1,4 @@
-"""Limits through the real API and worker processes: a tenant's own key bounds its jobs, the job that
+"""Limits through the API and a worker (in this process): a tenant's own key bounds its jobs, the job that
 waits stays PENDING and GetJob says why, and a bad key is refused naming the field."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from jobs.v1 import jobs_pb2
 from tests.process_fixtures import ServiceStack, TenantClient, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 S = jobs_pb2.JobState
 

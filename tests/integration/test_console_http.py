@@ -1,4 +1,4 @@
-"""The operator console's security over plain HTTP, against the real API process: who may sign in, the
+"""The operator console's security over plain HTTP, against the API (in this process): who may sign in, the
 cookies, the CSRF token on every action, the Content-Security-Policy, and escaping of what tenants wrote."""
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from jobs.v1 import jobs_pb2
 from tests.console_client import ConsoleClient, start_with_console
 from tests.process_fixtures import ADMIN_TOKEN, READONLY_TOKEN, WORKER_TOKEN, ServiceStack, tenant_token, wait_until
 
-pytestmark = pytest.mark.e2e
 XSS = '<script>alert("xss")</script><img src=x onerror=alert(1)>'
 
 

@@ -1,4 +1,4 @@
-"""Server reflection of the real API process, v1 and v1alpha, answers with the .proto comments (what
+"""Server reflection of the API (in this process), v1 and v1alpha, answers with the .proto comments (what
 `grpcurl describe` prints)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 
 from tests.process_fixtures import ServiceStack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 # v1 is v1alpha renamed, field for field: v1alpha's classes encode both versions' messages.
 REFLECTION_METHODS = {

@@ -1,6 +1,7 @@
-"""Stage checkpoints and progress against the real API and worker processes: a retry skips the stages an
-earlier attempt finished, whatever the handler's shape; a stale lease's checkpoint is refused; progress
-is coalesced on its way and shows in GetJob, WatchJob and `jobsctl watch`."""
+"""Stage checkpoints and progress against the API and workers (in this process): a retry skips the
+stages an earlier attempt finished, whatever the handler's shape; progress is coalesced on its way and
+shows in GetJob, WatchJob and `jobsctl watch`. A stale lease's checkpoint, refused after its worker's
+process is killed, is in tests/process/test_stale_checkpoint_e2e.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.handlers_for_tests import STAGES
 from tests.jobsctl_process import jobsctl, start_jobsctl
 from tests.process_fixtures import ServiceStack, TenantClient, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 S = jobs_pb2.JobState
 TEST_HANDLERS = {"JOBS_HANDLER_MODULES": "tests.handlers_for_tests"}
@@ -96,43 +97,6 @@ def _retry_reason(client: TenantClient, job_id: str) -> str:
     return next(e.reason for e in events if e.reason.startswith("manual retry"))
 
 
-def test_a_stale_leases_checkpoint_and_progress_are_refused(service_stack: ServiceStack, tmp_path: Path):
-    service_stack.start_api()
-    first = service_stack.start_worker("w1", **TEST_HANDLERS)
-    client = service_stack.tenant("acme")
-    job_id = client.submit("progress.burst", str(tmp_path / "never").encode(), max_attempts=2).job.job_id
-    wait_until(lambda: client.get(job_id).state == S.JOB_STATE_RUNNING, timeout=30, what="attempt 1 to run")
-    first.popen.kill()  # its lease (token 1) expires and another replica's claim gets token 2
-    first.popen.wait()
-    service_stack.start_worker("w2", **TEST_HANDLERS)
-    wait_until(lambda: client.get(job_id).fencing_token == 2, timeout=30, what="attempt 2 to be claimed")
-
-    stub, metadata = service_stack.worker_stub()
-    stale = stub.RecordCheckpoint(
-        worker_pb2.RecordCheckpointRequest(job_id=job_id, fencing_token=1, stage="extract_text", data=b"late"),
-        metadata=metadata,
-        timeout=10,
-    )
-    assert stale.outcome == LEASE_LOST and not stale.HasField("checkpoint")
-    progress = stub.ReportProgress(
-        worker_pb2.ReportProgressRequest(
-            reports=[worker_pb2.ProgressReport(job_id=job_id, fencing_token=1, fraction=0.9, message="late")]
-        ),
-        metadata=metadata,
-        timeout=10,
-    )
-    assert [o.outcome for o in progress.outcomes] == [LEASE_LOST]
-    current = stub.RecordCheckpoint(
-        worker_pb2.RecordCheckpointRequest(job_id=job_id, fencing_token=2, stage="extract_text", data=b"now"),
-        metadata=metadata,
-        timeout=10,
-    )
-    assert current.outcome == ACCEPTED and current.checkpoint.attempt == 2
-    job = client.get(job_id)
-    assert [(c.stage, c.data, c.fencing_token) for c in job.checkpoints] == [("extract_text", b"now", 2)]
-    assert job.progress.message != "late"
-
-
 def test_checkpoints_out_of_bounds_are_refused_with_clear_errors(service_stack: ServiceStack, tmp_path: Path):
     service_stack.start_api()
     service_stack.start_worker("w1", **TEST_HANDLERS)
@@ -173,6 +137,10 @@ def test_progress_is_coalesced_and_shown_by_get_job_watch_job_and_jobsctl_watch(
     release = tmp_path / "release"
     job_id = client.submit("progress.burst", str(release).encode()).job.job_id
     watch = start_jobsctl(service_stack.api_target, "watch", job_id)
+    assert watch.stdout is not None
+    # The watch is on before a worker can take the job: it must see RUNNING and the progress go by.
+    first_line = watch.stdout.readline().decode()
+    assert "PENDING" in first_line
     streamed: list[jobs_pb2.Job] = []
     stream = client.stub.WatchJob(
         jobs_pb2.WatchJobRequest(job_id=job_id, include_progress=True), metadata=client.metadata, timeout=120
@@ -211,7 +179,7 @@ def test_progress_is_coalesced_and_shown_by_get_job_watch_job_and_jobsctl_watch(
     assert len(set(plain_sequences)) == len(plain_sequences), "without include_progress the sequence always rises"
 
     out, err = watch.communicate(timeout=60)
-    transcript = out.decode()
+    transcript = first_line + out.decode()
     print(f"$ jobsctl watch {job_id}\n{transcript}")
     assert watch.returncode == 0, err
     assert "RUNNING" in transcript and "progress 50% waiting for the release file" in transcript

@@ -1,4 +1,4 @@
-"""Tombstones, delivery sets and dependency results through the real API and worker processes and the real
+"""Tombstones, delivery sets and dependency results through the API and workers (in this process) and
 `jobsctl`: what a user types and sees."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from tests.jobsctl_process import CliRun, jobsctl
 from tests.process_fixtures import ServiceStack, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 TEST_HANDLERS = {"JOBS_HANDLER_MODULES": "tests.handlers_for_tests"}
 SETTLE_SECONDS = 60

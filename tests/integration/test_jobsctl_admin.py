@@ -1,4 +1,4 @@
-"""`jobsctl limits|kinds|tenants|admin` against the real API process, with an operator's token: what an
+"""`jobsctl limits|kinds|tenants|admin` against the API (in this process), with an operator's token: what an
 operator types and sees, and the refusals a tenant's token or bad input get."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from jobs.v1 import jobs_pb2
 from tests.jobsctl_process import CliRun, jobsctl
 from tests.process_fixtures import ADMIN_TOKEN, ServiceStack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""`python -m jobsctl` against the real API and a worker: outputs and exit codes as a user sees them."""
+"""`jobsctl` (its main) against the API and a worker in this process: outputs and exit codes as a user sees them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from tests.jobsctl_process import jobsctl
 from tests.process_fixtures import ServiceStack, free_port
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
