@@ -84,7 +84,7 @@ def beside_pgqueuer(jobs: int, repeat: int, in_flight: int) -> dict[str, Any]:
     return figures
 
 
-# The goals of each comparison, as the issue of this figure set them (the harness's way: its first goal).
+# The goal each comparison is held to.
 TARGETS = {"workdown": 1.0, "workdown_c100": 1.0, "workdown_c1000": 1.3}
 
 
@@ -128,7 +128,7 @@ def _ours_rows(figures: dict[str, Any], comparison: tuple[str, str, str], how: s
         (
             f"    against {peer}",
             f"{figures[ratio]:.2f}x",
-            f"target >= {TARGETS[prefix]:.2f}x; median of pairs: "
+            f"target >= {TARGETS[prefix]:.2f}x; the median of the pairs "
             + ", ".join(f"{r:.2f}x" for r in figures[f"{ratio}_runs"]),
         ),
     ]
