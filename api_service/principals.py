@@ -10,6 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from shared.domain.ids import TenantId
+from shared.domain.limit_keys import tenant_name_problem
 from shared.env_settings import SettingsError
 
 
@@ -104,6 +105,9 @@ def _parse_entry(index: int, raw: dict[str, object]) -> _Entry:
         name = str(raw.get("name", "worker"))
         return _Entry(digest, Principal(Role.WORKER, None, f"worker:{name}"))
     if role == Role.TENANT and isinstance(tenant, str) and tenant:
+        problem = tenant_name_problem(tenant)
+        if problem is not None:
+            raise SettingsError(f"{where}: tenant {tenant!r} cannot be served: {problem}")
         return _Entry(digest, Principal(Role.TENANT, TenantId(tenant), f"tenant:{tenant}"))
     if role in (Role.ADMIN, Role.ADMIN_READONLY) and not tenant:
         # The name is what job histories and admin_actions record as "who": one per person or console.

@@ -13,7 +13,7 @@ import jinja2
 from aiohttp import web
 
 from shared.domain.jobs import JobState
-from shared.domain.limit_keys import WaitingReason
+from shared.domain.limit_keys import WaitingReason, kind_key
 from shared.domain.operator_views import Preview, QueueLine
 
 CHART_SAMPLES_MAX = 90
@@ -39,6 +39,7 @@ def template_environment() -> jinja2.Environment:
         preview=preview_text,
         count=count_text,
         short_id=short_job_id,
+        kind_key=kind_key,
         waiting_text=waiting_text,
     )
     env.globals.update(state_names=[s.value for s in JobState])

@@ -1,9 +1,15 @@
-"""Limit keys: the implicit ones every job carries, and the ones a submission adds for its own tenant.
+"""Limit keys: the grammar of the keys every job carries and of the ones a submission adds for its tenant.
 
-A submission's key is `name` or `name@N`. `name` is scoped to the tenant (`tenant:<t>/<name>`), so one
-tenant's keys never meet another's. `@N` is the submission's own bound: the job does not start while N or
-more jobs carrying the key run, which lets a tenant hold a document to one job at a time (`doc:42@1`)
-without an operator. An operator's limit on the scoped key applies as well.
+Every job carries `kind:<kind>` and `tenant:<tenant>`; a kind may declare keys of its own (a provider's
+quota, `provider:openai`), never in those two namespaces. A submission's key is `name` or `name@N`, stored
+as `tenant:<tenant>/<name>`, so one tenant's keys never meet another's: no tenant name holds a `/` (a
+principal naming one is refused when the API starts) and no key name does, so a key names exactly one
+kind, one tenant, or one name of one tenant. `@N` is the submission's own bound: the job does not start
+while N or more jobs carrying the key run, which lets a tenant hold a document to one job at a time
+(`doc:42@1`) without an operator. An operator's limit on the scoped key applies as well.
+
+The database writes and reads keys with the same grammar in shared/storage/routines/keys.sql;
+tests/test_limit_keys.py holds the two to each other.
 """
 
 from __future__ import annotations
@@ -14,6 +20,11 @@ from dataclasses import dataclass
 
 from shared.domain.errors import ViolationCollector
 
+KIND_PREFIX = "kind:"
+TENANT_PREFIX = "tenant:"
+# Between a tenant and the name of one of its own keys; in no tenant name and no key name.
+OWN_KEY_SEPARATOR = "/"
+TENANT_NAME_MAX = 200
 SUBMISSION_KEYS_MAX = 8
 KEY_NAME_MAX = 100
 OWN_BOUND_MAX = 10_000
@@ -37,15 +48,48 @@ class WaitingReason:
 
 
 def kind_key(kind: str) -> str:
-    return f"kind:{kind}"
+    """The key every job of `kind` carries."""
+    return f"{KIND_PREFIX}{kind}"
 
 
 def tenant_key(tenant: str) -> str:
-    return f"tenant:{tenant}"
+    """The key every job of `tenant` carries."""
+    return f"{TENANT_PREFIX}{tenant}"
 
 
-def scoped_key(tenant: str, name: str) -> str:
-    return f"{tenant_key(tenant)}/{name}"
+def own_key(tenant: str, name: str) -> str:
+    """A submission's own key `name`, scoped to its tenant."""
+    return f"{tenant_key(tenant)}{OWN_KEY_SEPARATOR}{name}"
+
+
+def key_tenant(key: str) -> str | None:
+    """The tenant whose key `key` is (its implicit key or one of its own); None for a kind's or a declared key."""
+    if not key.startswith(TENANT_PREFIX):
+        return None
+    return key.removeprefix(TENANT_PREFIX).split(OWN_KEY_SEPARATOR, 1)[0]
+
+
+def tenant_name_problem(tenant: str) -> str | None:
+    """Why `tenant` cannot name a tenant, or None: the grammar needs it non-empty, printable and free of `/`."""
+    if not tenant or len(tenant) > TENANT_NAME_MAX:
+        return f"a tenant name is 1 to {TENANT_NAME_MAX} characters"
+    if OWN_KEY_SEPARATOR in tenant:
+        return (
+            f"a tenant name cannot hold {OWN_KEY_SEPARATOR!r}: it separates a tenant from the names of its own"
+            f" limit keys, so tenant 'a/b' would be tenant 'a''s own key 'b'"
+        )
+    if not tenant.isprintable():
+        return "a tenant name holds printable characters only"
+    return None
+
+
+def declared_key_problem(key: str) -> str | None:
+    """Why a kind cannot declare `key`, or None: the kind and tenant namespaces are the implicit keys'."""
+    if not key or not key.isprintable():
+        return "a declared limit key is a non-empty printable string"
+    if key.startswith((KIND_PREFIX, TENANT_PREFIX)):
+        return f"a declared limit key cannot start with {KIND_PREFIX!r} or {TENANT_PREFIX!r}: those are every job's own"
+    return None
 
 
 def parse_submission_keys(
@@ -79,4 +123,4 @@ def scope_submission_keys(tenant: str, raw: Sequence[str]) -> SubmissionKeys:
     violations = ViolationCollector()
     parsed = parse_submission_keys(raw, violations)
     violations.raise_if_any()
-    return SubmissionKeys(tuple(scoped_key(tenant, name) for name in parsed.keys), parsed.bounds)
+    return SubmissionKeys(tuple(own_key(tenant, name) for name in parsed.keys), parsed.bounds)

@@ -38,10 +38,11 @@ from shared.domain.kinds import (
     Executor,
     KindPolicy,
 )
+from shared.domain.limit_keys import declared_key_problem
 
 # The retry backoff (full jitter in [0, min(cap, base * 2^(attempt-1))] seconds) is computed by the
 # database: jobs_retry_backoff, beside jobs_next_state_after_failure, in
-# shared/storage/migrations/*_failure_policy.sql.
+# shared/storage/routines/failure_policy.sql.
 # Longer than any wait a retry is worth, and far inside the range of the database's timestamps, which a
 # retry time must fit.
 BACKOFF_CAP_SECONDS_MAX = 30 * 24 * 3600.0
@@ -381,6 +382,10 @@ class HandlerRegistry:
             raise ValueError(
                 f"job kind {kind!r}: backoff_cap_seconds must be between 0 and {BACKOFF_CAP_SECONDS_MAX:g}"
             )
+        for key in limit_keys:
+            problem = declared_key_problem(key)
+            if problem is not None:
+                raise ValueError(f"job kind {kind!r}: limit key {key!r}: {problem}")
 
         def decorate(handler: Handler) -> Handler:
             if kind in self._specs:

@@ -87,10 +87,16 @@ END $$;
 -- (each at most 58 bytes, well under the 8,000-byte payload limit).
 CREATE OR REPLACE FUNCTION jobs_changed_batch_size() RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT 100 $$;
 
--- Whether any watcher's registration is live, by the transaction's clock.
+-- Whether any watcher's registration is live, by the transaction's clock. In PL/pgSQL, whose plan lasts
+-- the session: the history trigger asks at every statement that changes jobs, and an SQL function with a
+-- subquery is not inlined but planned again in every transaction that calls it.
 CREATE OR REPLACE FUNCTION jobs_changes_watched() RETURNS boolean
-    LANGUAGE sql STABLE
-    AS $$ SELECT EXISTS (SELECT 1 FROM job_change_watchers AS w WHERE w.expires_at > now()) $$;
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN EXISTS (SELECT 1 FROM job_change_watchers AS w WHERE w.expires_at > now());
+END
+$$;
 
 CREATE OR REPLACE FUNCTION jobs_notify_runnable() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

@@ -4,7 +4,7 @@
 -- The keys a job carries: its kind, its tenant, the keys its kind declares, and its submission's own.
 CREATE OR REPLACE FUNCTION jobs_effective_keys(tenant text, kind text, kind_keys text[], own_keys text[]) RETURNS text[]
     LANGUAGE sql IMMUTABLE
-    AS $$ SELECT ARRAY['kind:' || kind, 'tenant:' || tenant] || coalesce(kind_keys, '{}') || own_keys $$;
+    AS $$ SELECT ARRAY[jobs_kind_key(kind), jobs_tenant_key(tenant)] || coalesce(kind_keys, '{}') || own_keys $$;
 
 -- The keys a kind declares, from the map the claim read once (kind -> keys). The claim calls it only for
 -- kinds in the map (a function with a subquery is not inlined, and most kinds declare nothing).
@@ -110,7 +110,7 @@ CREATE OR REPLACE FUNCTION jobs_waiting_reason(for_job uuid)
             WHERE j.state = 'running' AND rk IN (SELECT key FROM carried)
             GROUP BY rk
         ), reasons AS (
-            SELECT 0 AS ord, 'kind_paused' AS reason, 'kind:' || job.kind AS key
+            SELECT 0 AS ord, 'kind_paused' AS reason, jobs_kind_key(job.kind) AS key
             FROM job WHERE EXISTS (SELECT 1 FROM kind_pauses AS p WHERE p.kind = job.kind)
             UNION ALL
             SELECT c.ord, CASE

@@ -4,7 +4,7 @@
 -- The keys a running row is tallied under: its kind's, its tenant's, and the rest its claim recorded.
 CREATE OR REPLACE FUNCTION jobs_running_tally_keys(kind text, tenant text, running_keys text[]) RETURNS text[]
     LANGUAGE sql IMMUTABLE
-    AS $$ SELECT ARRAY['kind:' || kind, 'tenant:' || tenant] || coalesce(running_keys[3:], '{}') $$;
+    AS $$ SELECT ARRAY[jobs_kind_key(kind), jobs_tenant_key(tenant)] || coalesce(running_keys[3:], '{}') $$;
 
 -- The running jobs under each of `keys`, as the tallies have them in the calling statement's snapshot.
 -- In PL/pgSQL for the plan to last the session, as jobs_key_tokens.

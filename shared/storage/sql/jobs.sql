@@ -477,6 +477,8 @@ SET state = %(next_state)s::job_state,
     run_after = clock_timestamp(),
     finished_at = NULL,
     cancel_requested = false,
+    -- A job cancelled while parked behind a key waits for it again only if a claim finds it without room.
+    parked_on = NULL,
     deadline = CASE WHEN deadline <= clock_timestamp() THEN NULL ELSE deadline END,
     duplicate_risk_accepted_attempt = CASE WHEN %(duplicate_risk_accepted)s THEN attempts
                                            ELSE duplicate_risk_accepted_attempt END,

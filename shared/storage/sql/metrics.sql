@@ -65,7 +65,7 @@ WITH exporter AS (
     SELECT k.key, sum(r.n) AS n
     FROM keys AS k
     JOIN runnable AS r
-      ON k.key = 'kind:' || r.kind OR k.key = 'tenant:' || r.tenant
+      ON k.key = jobs_kind_key(r.kind) OR k.key = jobs_tenant_key(r.tenant)
          OR EXISTS (SELECT 1 FROM job_kinds AS jk WHERE jk.kind = r.kind AND k.key = ANY (jk.limit_keys))
     GROUP BY k.key
     UNION ALL
@@ -73,7 +73,7 @@ WITH exporter AS (
     FROM keys AS k
     JOIN jobs AS j
       ON j.state IN ('pending', 'retry_wait') AND j.run_after <= statement_timestamp()
-     AND k.key LIKE 'tenant:%%/%%' AND j.tenant = split_part(substr(k.key, 8), '/', 1) AND k.key = ANY (j.limit_keys)
+     AND j.tenant = jobs_key_tenant(k.key) AND k.key = ANY (j.limit_keys)
     GROUP BY k.key
 ), per_key AS (
     SELECT k.key, coalesce(l.max_running, 0) AS max_running, coalesce(r.n, 0) AS running,

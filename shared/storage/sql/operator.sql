@@ -39,8 +39,8 @@ SELECT c.tenant, c.kind, c.pending, c.retry_wait, c.blocked, c.running, c.outcom
        c.pending > 0 AND EXISTS (
            SELECT 1 FROM job_limits AS l
            WHERE l.max_running > 0
-             AND ((l.key = 'kind:' || c.kind AND l.max_running <= rk.running)
-                  OR (l.key = 'tenant:' || c.tenant AND l.max_running <= rt.running))
+             AND ((l.key = jobs_kind_key(c.kind) AND l.max_running <= rk.running)
+                  OR (l.key = jobs_tenant_key(c.tenant) AND l.max_running <= rt.running))
        ) AS throttled
 FROM counts AS c
 JOIN running_by_kind AS rk ON rk.kind = c.kind

@@ -23,7 +23,7 @@ SELECT jobs_hold_key(k.key, j.run_after) AS held_until
 FROM jobs AS j
 CROSS JOIN LATERAL unnest(j.running_keys) AS k(key)
 WHERE j.job_id = %(job_id)s::uuid
-  AND (k.key = %(key)s OR k.key = 'tenant:' || j.tenant || '/' || %(key)s)
+  AND (k.key = %(key)s OR k.key = jobs_own_key(j.tenant, %(key)s))
 LIMIT 1;
 
 -- name: key_charges_keys
