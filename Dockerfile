@@ -13,11 +13,13 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/jobs
 WORKDIR /src
-# The dependencies first, read from pyproject.toml itself, so a source change reuses this layer.
+# The dependencies first, read from pyproject.toml itself, so a source change reuses this layer. The SDK
+# (sdk/python), which the service depends on, is installed from the checkout with its own dependencies.
 COPY pyproject.toml README.md ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+COPY sdk/python ./sdk/python
+RUN python -c "import tomllib; print('\n'.join(d for d in tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies'] if not d.startswith('durable-jobs-sdk')))" \
         > /tmp/requirements.txt \
-    && /opt/jobs/bin/pip install --requirement /tmp/requirements.txt
+    && /opt/jobs/bin/pip install --requirement /tmp/requirements.txt ./sdk/python
 COPY proto ./proto
 COPY shared ./shared
 COPY api_service ./api_service
@@ -25,7 +27,7 @@ COPY worker_service ./worker_service
 COPY jobsctl ./jobsctl
 COPY jobs_outbox ./jobs_outbox
 RUN /opt/jobs/bin/pip install --no-deps . \
-    && /opt/jobs/bin/python -c "import api_service.__main__, worker_service.__main__, jobsctl.__main__, jobs_outbox.relay"
+    && /opt/jobs/bin/python -c "import api_service.__main__, worker_service.__main__, jobsctl.__main__, jobs_outbox.relay, durable_jobs.client"
 
 FROM ${PYTHON_IMAGE} AS runtime
 # A fixed numeric uid, so Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.

@@ -8,6 +8,10 @@ VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
 # Rewritten after each successful install, so `venv` re-runs only when pyproject.toml is newer.
 VENV_STAMP := $(VENV)/.installed-from-pyproject
+# The wheels a fresh venv installs the SDK from in tests/test_sdk_distribution.py, offline: the SDK's
+# dependencies (at the versions .venv has), setuptools for building from the sdist, and pytest.
+SDK_WHEELHOUSE := $(VENV)/sdk-wheelhouse
+SDK_WHEELHOUSE_STAMP := $(SDK_WHEELHOUSE)/.downloaded
 # npm ci rewrites node_modules/ from package-lock.json; the stamp makes it re-run only when the lock changes.
 NODE_STAMP := node_modules/.installed-from-lock
 # PgQueuer, the peer `make bench` runs beside this service, lives in a venv of its own.
@@ -23,18 +27,28 @@ PYTEST_DURATIONS ?= 25
 TEST_ADMIN_URL_DEFAULT := postgresql://postgres@127.0.0.1:5432/postgres
 export JOBS_TEST_ADMIN_URL ?= $(or $(DATABASE_URL),$(TEST_ADMIN_URL_DEFAULT))
 
-.PHONY: help venv node-deps generate lint format test test-fast run bench system-deps clean
+.PHONY: help venv sdk-wheelhouse node-deps generate lint format test test-fast run dev-worker bench system-deps clean
 
 help: ## List the targets
 	@echo "Usage: make TARGET"
 	@echo
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-venv: $(VENV_STAMP) ## Create .venv and install the project with its dev tools (again when pyproject.toml changes)
+venv: $(VENV_STAMP) ## Create .venv and install the project, its SDK and its dev tools (again when a pyproject.toml changes)
 
-$(VENV_STAMP): pyproject.toml
+# The SDK (sdk/python) is installed in the same command, so that pip takes the service's dependency on it
+# from the checkout.
+$(VENV_STAMP): pyproject.toml sdk/python/pyproject.toml
 	@test -x $(VENV_PYTHON) || $(PYTHON) -m venv $(VENV)
-	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -e ./sdk/python -e '.[dev]'
+	@touch $@
+
+sdk-wheelhouse: $(SDK_WHEELHOUSE_STAMP) ## Download the wheels the SDK's fresh-venv test installs from (into .venv/sdk-wheelhouse)
+
+$(SDK_WHEELHOUSE_STAMP): $(VENV_STAMP) sdk/python/pyproject.toml
+	$(VENV_PYTHON) -m pip freeze --exclude-editable | grep '==' > $(VENV)/sdk-constraints.txt
+	$(VENV_PYTHON) -m pip download --quiet --disable-pip-version-check --only-binary=:all: \
+		--dest $(SDK_WHEELHOUSE) --constraint $(VENV)/sdk-constraints.txt ./sdk/python setuptools pytest
 	@touch $@
 
 node-deps: $(NODE_STAMP) ## Install buf and the Node client test's gRPC libraries from package-lock.json (npm ci)
@@ -59,7 +73,7 @@ format: venv ## Apply ruff's formatter and its autofixable lint rules
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: venv node-deps lint ## lint, then every test tier (PostgreSQL from JOBS_TEST_ADMIN_URL, else DATABASE_URL, else local :5432)
+test: venv sdk-wheelhouse node-deps lint ## lint, then every test tier (PostgreSQL from JOBS_TEST_ADMIN_URL, else DATABASE_URL, else local :5432)
 	@echo "tests use admin URL $(JOBS_TEST_ADMIN_URL)"
 	$(VENV)/bin/pytest tests -n $(PYTEST_WORKERS) --durations=$(PYTEST_DURATIONS)
 
@@ -69,6 +83,9 @@ test-fast: venv ## The tiers that run no service process: tests/unit and tests/i
 
 run: venv ## The API and two workers on loopback, over DATABASE_URL or an embedded PostgreSQL in .dev/
 	$(VENV_PYTHON) scripts/dev_stack.py
+
+dev-worker: venv ## One more worker with your kinds (MODULES=my_jobs) beside `make run`, restarted when their files change
+	$(VENV_PYTHON) scripts/dev_worker.py $(if $(MODULES),--modules $(MODULES))
 
 bench: venv $(BENCH_VENV_STAMP) ## Throughput, latency and memory figures against their targets, PgQueuer beside us: a table, then one JSON line
 	@echo "benchmarks use admin URL $(JOBS_TEST_ADMIN_URL) (BENCH_ONLY, BENCH_JOBS, BENCH_REPEAT, BENCH_SOAK_SECONDS: see benchmarks/__main__.py)"

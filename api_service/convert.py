@@ -17,6 +17,7 @@ from shared.domain.checkpoints import Checkpoint, Progress, ProgressReport
 from shared.domain.delivery_sets import DeliverySet, FailurePolicy, NewDeliverySet, SetCursor, SetState
 from shared.domain.errors import FieldViolation, InvalidArgument
 from shared.domain.ids import FencingToken, JobId
+from shared.domain.job_logs import AttemptLog, JobLogLine, LogLine, LogPosition
 from shared.domain.jobs import (
     Completion,
     ErrorCategory,
@@ -36,7 +37,14 @@ from shared.domain.jobs import (
     ReportOutcome,
     RetryHint,
 )
-from shared.domain.schedules import NewSchedule, OverlapPolicy, Schedule, template_from_job, validate_cron
+from shared.domain.schedules import (
+    NewSchedule,
+    OverlapPolicy,
+    Schedule,
+    cron_warning,
+    template_from_job,
+    validate_cron,
+)
 from shared.domain.trace_context import TraceContext, trace_context_from_headers
 from shared.storage.resource_store import Deletion
 
@@ -172,6 +180,56 @@ def progress_report_from_proto(message: worker_pb2.ProgressReport) -> ProgressRe
     return ProgressReport(
         LeaseRef(JobId(message.job_id), FencingToken(message.fencing_token)), message.fraction, message.message
     )
+
+
+def attempt_log_from_proto(message: worker_pb2.AttemptLog) -> AttemptLog:
+    """An attempt's shipped lines; a line without a time is taken as logged now."""
+    lines = tuple(
+        (
+            line.sequence,
+            LogLine(
+                line.at.ToDatetime(tzinfo=UTC) if line.HasField("at") else datetime.now(UTC),
+                line.level,
+                line.logger,
+                line.message,
+            ),
+        )
+        for line in message.lines
+    )
+    return AttemptLog(LeaseRef(JobId(message.job_id), FencingToken(message.fencing_token)), lines)
+
+
+def log_line_to_proto(kept: JobLogLine) -> jobs_pb2.JobLogLine:
+    return jobs_pb2.JobLogLine(
+        attempt=kept.attempt,
+        fencing_token=kept.fencing_token,
+        sequence=kept.sequence,
+        at=_timestamp(kept.line.at),
+        level=kept.line.level,
+        logger=kept.line.logger,
+        message=kept.line.message,
+    )
+
+
+def encode_log_token(after: LogPosition | None) -> str:
+    if after is None:
+        return ""
+    text = f"log:{after.fencing_token}:{after.sequence}"
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_log_token(token: str) -> LogPosition:
+    """The start for an empty token; anything not made by encode_log_token is refused."""
+    if not token:
+        return LogPosition()
+    try:
+        text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        prefix, fencing_token, sequence = text.split(":")
+        if prefix != "log" or not fencing_token.isdigit() or not sequence.isdigit():
+            raise ValueError(text)
+        return LogPosition(int(fencing_token), int(sequence))
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidArgument(FieldViolation("page_token", "is not a token from a previous page")) from None
 
 
 def result_to_proto(result: JobResult) -> jobs_pb2.JobResult:
@@ -466,6 +524,7 @@ def schedule_to_proto(schedule: Schedule) -> jobs_pb2.Schedule:
             limit_keys=list(template.limit_keys),
         ),
         cron=schedule.spec.cron,
+        cron_warning=cron_warning(schedule.spec.cron),
         time_zone=schedule.spec.time_zone,
         overlap_policy=_OVERLAP_TO_PROTO[schedule.overlap],
         catchup_window_seconds=schedule.catchup_window_seconds,

@@ -135,6 +135,18 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             events=[convert.event_to_proto(e) for e in events], next_page_token=convert.encode_event_token(after)
         )
 
+    async def ListJobLogs(self, request: jobs_pb2.ListJobLogsRequest, context: Context) -> jobs_pb2.ListJobLogsResponse:
+        lines, after = await self._queries.list_logs(
+            _tenant(),
+            JobId(request.job_id),
+            request.attempt,
+            convert.decode_log_token(request.page_token),
+            request.page_size,
+        )
+        return jobs_pb2.ListJobLogsResponse(
+            lines=[convert.log_line_to_proto(line) for line in lines], next_page_token=convert.encode_log_token(after)
+        )
+
     async def DeleteResource(
         self, request: jobs_pb2.DeleteResourceRequest, context: Context
     ) -> jobs_pb2.DeleteResourceResponse:

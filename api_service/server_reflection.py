@@ -13,8 +13,9 @@ from importlib import resources
 from typing import Protocol
 
 import grpc
-from google.protobuf import descriptor_pb2, descriptor_pool
+from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, duration_pb2
 from google.protobuf.descriptor import FileDescriptor
+from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
@@ -79,8 +80,19 @@ class DescriptorFiles:
 
     @classmethod
     def for_api(cls) -> DescriptorFiles:
-        """The API's files with their comments, then health and both reflection versions (no comments)."""
-        extra = (_copy(health_pb2.DESCRIPTOR), _copy(reflection_pb2.DESCRIPTOR), _reflection_v1_file())
+        """The API's files with their comments, then health, both reflection versions and the google.rpc
+        error details every error carries (no comments): a client that decodes the grpc-status-details-bin
+        trailer (grpcurl does) finds google.rpc.Status, ErrorInfo, BadRequest and RetryInfo here."""
+        extra = (
+            _copy(health_pb2.DESCRIPTOR),
+            _copy(reflection_pb2.DESCRIPTOR),
+            _reflection_v1_file(),
+            # Dependencies first, as the pool needs them: Any (Status.details), Duration (RetryInfo).
+            _copy(any_pb2.DESCRIPTOR),
+            _copy(duration_pb2.DESCRIPTOR),
+            _copy(status_pb2.DESCRIPTOR),
+            _copy(error_details_pb2.DESCRIPTOR),
+        )
         return cls([*committed_descriptor_set().file, *extra])
 
     def with_dependencies(self, name: str) -> list[bytes]:

@@ -119,6 +119,18 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             ]
         )
 
+    async def AppendJobLogs(
+        self, request: worker_pb2.AppendJobLogsRequest, context: Context
+    ) -> worker_pb2.AppendJobLogsResponse:
+        logs = [convert.attempt_log_from_proto(item) for item in request.logs]
+        outcomes = await self._reports.append_logs(logs)
+        return worker_pb2.AppendJobLogsResponse(
+            outcomes=[
+                worker_pb2.AppendJobLogsOutcome(job_id=log.job_id, outcome=convert.outcome_to_proto(o))
+                for log, o in zip(logs, outcomes, strict=True)
+            ]
+        )
+
     async def GetDependencyResults(
         self, request: worker_pb2.GetDependencyResultsRequest, context: Context
     ) -> worker_pb2.GetDependencyResultsResponse:

@@ -1,5 +1,5 @@
 """`jobsctl`: a command-line client of jobs.v1.JobService (and, for operators, jobs.v1.AdminService),
-talking only through the generated stubs."""
+talking through the SDK's client and the generated stubs, never the service's code."""
 
 from __future__ import annotations
 
@@ -7,17 +7,18 @@ import argparse
 import gc
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import grpc
 
+from durable_jobs import Client, Tls
+from durable_jobs.errors import JobsError
 from jobs.v1 import admin_pb2_grpc, jobs_pb2_grpc
 from jobsctl.admin_commands import ADMIN_COMMANDS
 from jobsctl.arguments import TIMEOUT_SECONDS_DEFAULT, UsageError, build_parser
 from jobsctl.commands import COMMANDS, Call, Console
 from jobsctl.dev import run_dev
 from jobsctl.resources import run_resources, run_sets
-from jobsctl.rpc_errors import EXIT_UNAVAILABLE, EXIT_USAGE, describe, report
+from jobsctl.rpc_errors import EXIT_UNAVAILABLE, EXIT_USAGE, describe, from_jobs_error, report
 from jobsctl.watch import WaitTimedOut
 
 
@@ -31,12 +32,13 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         print("jobsctl: no token: pass --token or set JOBS_TOKEN", file=console.stderr)
         return EXIT_USAGE
     try:
-        with _channel(args) as channel:
+        with _client(args) as client:
             call = Call(
-                jobs_pb2_grpc.JobServiceStub(channel),
+                jobs_pb2_grpc.JobServiceStub(client.channel),
                 args.token,
                 args.timeout or TIMEOUT_SECONDS_DEFAULT,
-                admin_pb2_grpc.AdminServiceStub(channel),
+                admin_pb2_grpc.AdminServiceStub(client.channel),
+                client,
             )
             try:
                 run = {**COMMANDS, **ADMIN_COMMANDS, "resources": run_resources, "sets": run_sets}[args.command]
@@ -53,28 +55,25 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> i
         return EXIT_UNAVAILABLE
     except grpc.RpcError as exc:
         return report(describe(exc), args.output, console.stderr)
+    except JobsError as exc:
+        return report(from_jobs_error(exc), args.output, console.stderr)
     except KeyboardInterrupt:
         print("jobsctl: interrupted", file=console.stderr)
         return 130
 
 
-def _channel(args: argparse.Namespace) -> grpc.Channel:
-    """Plaintext unless a CA is given; a client certificate and key make it mutual TLS."""
-    if not args.tls_ca:
-        if args.tls_cert or args.tls_key:
-            raise UsageError("--tls-cert and --tls-key need --tls-ca")
-        return grpc.insecure_channel(args.target)
+def _client(args: argparse.Namespace) -> Client:
+    """The SDK's client (its channel carries every command): plaintext unless a CA is given; a client
+    certificate and key make it mutual TLS."""
+    if not args.tls_ca and (args.tls_cert or args.tls_key):
+        raise UsageError("--tls-cert and --tls-key need --tls-ca")
     if bool(args.tls_cert) != bool(args.tls_key):
         raise UsageError("--tls-cert and --tls-key go together")
+    tls = Tls(args.tls_ca, args.tls_cert, args.tls_key) if args.tls_ca else None
     try:
-        credentials = grpc.ssl_channel_credentials(
-            root_certificates=Path(args.tls_ca).read_bytes(),
-            private_key=Path(args.tls_key).read_bytes() if args.tls_key else None,
-            certificate_chain=Path(args.tls_cert).read_bytes() if args.tls_cert else None,
-        )
+        return Client(args.target, args.token, tls=tls, timeout=args.timeout or TIMEOUT_SECONDS_DEFAULT)
     except OSError as exc:
         raise UsageError(f"cannot read a TLS file: {exc}") from None
-    return grpc.secure_channel(args.target, credentials)
 
 
 if __name__ == "__main__":

@@ -170,6 +170,9 @@ def _add_lifecycle(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     events = command("events", help="a job's recorded transitions, oldest first (every page)")
     events.add_argument("job_id", metavar="JOB_ID")
+    logs = command("logs", help="what a job's handlers logged (ctx.log, logging records), attempt by attempt")
+    logs.add_argument("job_id", metavar="JOB_ID")
+    logs.add_argument("--attempt", type=int, default=0, help="only this attempt's lines (default: every attempt's)")
 
 
 def _add_resources_and_sets(
@@ -225,7 +228,11 @@ def _add_schedules(command: Callable[..., argparse.ArgumentParser], after_comman
     actions = _ScheduleActions(subparsers, after_command)
     create = actions.add_parser("create", help="create a schedule; prints it")
     create.add_argument("schedule_id", metavar="SCHEDULE_ID", help="your name for it, e.g. nightly-report")
-    create.add_argument("--cron", required=True, help="5 fields, or 6 with seconds last; e.g. '0 3 * * *'")
+    create.add_argument(
+        "--cron",
+        required=True,
+        help="5 fields, or 6 with SECONDS LAST (not first, as in Quartz): '0 3 * * *'; '0 3 * * * 30' is 03:00:30",
+    )
     create.add_argument("--time-zone", default="UTC", metavar="ZONE", help="IANA zone, e.g. Europe/Berlin")
     create.add_argument("--kind", required=True, metavar="KIND", help="the job kind each fire submits")
     payload = create.add_mutually_exclusive_group()

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any, BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO, cast
 
+from durable_jobs import Client
 from jobs.v1 import admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 from jobsctl.arguments import list_request, submit_request
-from jobsctl.rendering import events_table, job_text, jobs_table, message_json, state_name
+from jobsctl.rendering import events_table, job_text, jobs_table, log_line_proto, log_text, message_json, state_name
 from jobsctl.rpc_errors import EXIT_OK
 from jobsctl.schedules import run_schedules
 from jobsctl.submit_batch import run_submit_batch
 from jobsctl.watch import EXIT_BY_SETTLED_STATE, follow, run_watch
-
-EVENTS_PAGE_SIZE = 200
 
 
 @dataclass(frozen=True)
@@ -35,6 +34,14 @@ class Call:
     timeout: float
     # For the operators' commands; the same channel.
     admin: admin_pb2_grpc.AdminServiceStub | None = None
+    # The SDK's client, over the same channel: the commands that need no more than it offers use it.
+    client: Client | None = None
+
+    @property
+    def jobs(self) -> Client:
+        if self.client is None:
+            raise RuntimeError("this command needs the SDK's client")
+        return self.client
 
     @property
     def metadata(self) -> tuple[tuple[str, str], ...]:
@@ -68,7 +75,7 @@ def run_result(call: Call, args: argparse.Namespace, console: Console) -> int:
     """With --wait, a job that settles without succeeding exits with its outcome's code, no result.
     The wait is bounded only by a --timeout the user gave: the per-call default would cut it short."""
     if args.wait:
-        states = list(follow(call.stub, args.job_id, call.metadata, max_wait=args.timeout))
+        states = list(follow(call.jobs, args.job_id, max_wait=args.timeout))
         settled = states[-1] if states else None
         if settled is not None and settled.state != jobs_pb2.JOB_STATE_SUCCEEDED:
             print(f"jobsctl: job {args.job_id} ended {state_name(settled.state)}", file=console.stderr)
@@ -141,19 +148,24 @@ def run_retry(call: Call, args: argparse.Namespace, console: Console) -> int:
 
 
 def run_events(call: Call, args: argparse.Namespace, console: Console) -> int:
-    events: list[jobs_pb2.JobEvent] = []
-    page_token = ""
-    while True:
-        request = jobs_pb2.ListJobEventsRequest(job_id=args.job_id, page_size=EVENTS_PAGE_SIZE, page_token=page_token)
-        page = call.stub.ListJobEvents(request, timeout=call.timeout, metadata=call.metadata)
-        events += page.events
-        page_token = page.next_page_token
-        if not page_token:
-            break
+    # The SDK's copy of the stubs makes the very same message classes (one descriptor pool): only the
+    # type checker tells the two module paths apart.
+    events = cast(list[jobs_pb2.JobEvent], call.jobs.events(args.job_id))
     if args.output == "json":
         print(message_json(jobs_pb2.ListJobEventsResponse(events=events)), file=console.stdout)
     else:
         print(events_table(events), file=console.stdout)
+    return EXIT_OK
+
+
+def run_logs(call: Call, args: argparse.Namespace, console: Console) -> int:
+    """What the job's handlers logged (ctx.log and logging records), attempt by attempt."""
+    lines = call.jobs.logs(args.job_id, attempt=args.attempt)
+    if args.output == "json":
+        response = jobs_pb2.ListJobLogsResponse(lines=[log_line_proto(line) for line in lines])
+        print(message_json(response), file=console.stdout)
+    else:
+        print(log_text(lines), file=console.stdout)
     return EXIT_OK
 
 
@@ -168,5 +180,6 @@ COMMANDS = {
     "cancel": run_cancel,
     "retry": run_retry,
     "events": run_events,
+    "logs": run_logs,
     "schedules": run_schedules,
 }

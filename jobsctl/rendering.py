@@ -9,6 +9,7 @@ from typing import cast
 from google.protobuf import json_format, timestamp_pb2
 from google.protobuf.message import Message
 
+from durable_jobs import JobLogLine
 from jobs.v1 import jobs_pb2
 
 _STATE_PREFIX = "JOB_STATE_"
@@ -82,11 +83,19 @@ def job_text(job: jobs_pb2.Job) -> str:
             f"{progress_text(job.progress)} (attempt {job.progress.attempt})" if job.HasField("progress") else "",
         ),
         ("checkpoints", ", ".join(f"{c.stage} (attempt {c.attempt})" for c in job.checkpoints)),
+        ("waiting_reason", _waiting_text(job)),
     ]
     rows += [(name, value) for name, value in optional if value]
     rows += [("sequence", str(job.sequence)), ("fencing_token", str(job.fencing_token))]
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def _waiting_text(job: jobs_pb2.Job) -> str:
+    """Why a job whose time has come is not started, and the key that holds it."""
+    if not job.waiting_reason:
+        return ""
+    return f"{job.waiting_reason} ({job.waiting_for_key})" if job.waiting_for_key else job.waiting_reason
 
 
 def _error_text(job: jobs_pb2.Job) -> str:
@@ -195,3 +204,32 @@ def table(rows: Sequence[tuple[str, ...]]) -> str:
     """Left-aligned columns sized to their widest cell; the first row is the header."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def log_text(lines: list[JobLogLine]) -> str:
+    """A job's handler log: a heading per attempt, then one line per record (a traceback indented)."""
+    out: list[str] = []
+    lease = None
+    for line in lines:
+        if line.fencing_token != lease:
+            lease = line.fencing_token
+            out.append(f"attempt {line.attempt} (fencing token {line.fencing_token})")
+        at = line.at.strftime("%H:%M:%S.%f")[:-3] if line.at else "-"
+        first, *rest = line.message.splitlines() or [""]
+        out.append(f"  {at} {line.level:<7} {line.logger}: {first}")
+        out += [f"      {more}" for more in rest]
+    return "\n".join(out) if out else "(nothing logged)"
+
+
+def log_line_proto(line: JobLogLine) -> jobs_pb2.JobLogLine:
+    message = jobs_pb2.JobLogLine(
+        attempt=line.attempt,
+        fencing_token=line.fencing_token,
+        sequence=line.sequence,
+        level=line.level,
+        logger=line.logger,
+        message=line.message,
+    )
+    if line.at is not None:
+        message.at.FromDatetime(line.at)
+    return message

@@ -8,7 +8,8 @@ from typing import TextIO
 
 import grpc
 
-from shared.rpc_error_details import rpc_error_details
+from durable_jobs.errors import JobsError
+from durable_jobs.rpc_details import rpc_error_details
 
 EXIT_OK = 0
 EXIT_OTHER = 1
@@ -98,3 +99,9 @@ def describe(error: grpc.RpcError) -> RpcFailure:
         list(details.field_violations),
         details.retry_after_seconds,
     )
+
+
+def from_jobs_error(error: JobsError) -> RpcFailure:
+    """The same for a call made through the SDK's client, which has read the details already."""
+    code = grpc.StatusCode[error.code] if error.code in grpc.StatusCode.__members__ else grpc.StatusCode.UNKNOWN
+    return RpcFailure(code, error.message, error.reason, list(error.fields.items()), error.retry_after)

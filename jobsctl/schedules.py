@@ -27,6 +27,7 @@ def schedule_text(schedule: jobs_pb2.Schedule) -> str:
         ("schedule_id", schedule.schedule_id),
         ("kind", schedule.job.kind),
         ("cron", f"{schedule.cron} ({schedule.time_zone})"),
+        *([("warning", schedule.cron_warning)] if schedule.cron_warning else []),
         ("overlap", _POLICY_NAMES.get(schedule.overlap_policy, "?")),
         ("catch_up_window", f"{schedule.catchup_window_seconds}s"),
         ("paused", "yes" if schedule.paused else "no"),
@@ -66,7 +67,10 @@ def _create(call: Call, args: argparse.Namespace, console: Console) -> int:
         paused=args.paused,
         note=args.note,
     )
-    return _print(call.stub.CreateSchedule(request, timeout=call.timeout, metadata=call.metadata), args, console)
+    created = call.stub.CreateSchedule(request, timeout=call.timeout, metadata=call.metadata)
+    if created.cron_warning:
+        print(f"jobsctl: warning: {created.cron_warning}", file=console.stderr)
+    return _print(created, args, console)
 
 
 def _get(call: Call, args: argparse.Namespace, console: Console) -> int:

@@ -8,10 +8,10 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Protocol, TextIO
+from typing import TYPE_CHECKING, TextIO, cast
 
-import grpc
-
+from durable_jobs import Client
+from durable_jobs.errors import DeadlineExceeded
 from jobs.v1 import jobs_pb2
 from jobsctl.rendering import message_json_line, transition_line, watch_status
 from jobsctl.rpc_errors import (
@@ -32,10 +32,8 @@ EXIT_BY_SETTLED_STATE = {
     jobs_pb2.JOB_STATE_SUPERSEDED: EXIT_JOB_CANCELLED,
     jobs_pb2.JOB_STATE_OUTCOME_UNKNOWN: EXIT_JOB_OUTCOME_UNKNOWN,
 }
-# Codes after which the same stream may be opened again; anything else is the answer.
-_RESUMABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN})
-RESUME_ATTEMPTS_MAX = 5
-RESUME_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0, 4.0)
+
+
 STATUS_REDRAW_SECONDS = 0.1
 
 
@@ -43,62 +41,28 @@ class WaitTimedOut(Exception):
     """The job did not settle within the allowed time; exits like DEADLINE_EXCEEDED."""
 
 
-class JobStream(Protocol):
-    """A WatchJob call as the stub returns it: the states, and a way to end the call."""
-
-    def __iter__(self) -> Iterator[jobs_pb2.Job]: ...
-    def cancel(self) -> bool | None: ...
-
-
-class WatchStub(Protocol):
-    """What following needs of the JobService stub."""
-
-    def WatchJob(  # noqa: N802 - the generated stub's name
-        self, request: jobs_pb2.WatchJobRequest, *, timeout: float | None, metadata: tuple[tuple[str, str], ...]
-    ) -> JobStream: ...
-
-
 def follow(
-    stub: WatchStub,
+    client: Client,
     job_id: str,
-    metadata: tuple[tuple[str, str], ...],
     *,
     after_sequence: int = 0,
     max_wait: float | None = None,
     include_progress: bool = False,
 ) -> Iterator[jobs_pb2.Job]:
     """Yields the job's states until one is settled (that one included), and with `include_progress`
-    its progress changes too (under the sequence of the state they belong to). Reconnects after a
-    dropped stream from the last sequence seen, at most RESUME_ATTEMPTS_MAX times in a row."""
-    deadline = None if max_wait is None else time.monotonic() + max_wait
-    last, failures = after_sequence, 0
-    while True:
-        remaining = None if deadline is None else deadline - time.monotonic()
-        if remaining is not None and remaining <= 0:
-            raise WaitTimedOut(f"job {job_id} did not settle within {max_wait:g}s")
-        request = jobs_pb2.WatchJobRequest(job_id=job_id, after_sequence=last, include_progress=include_progress)
-        stream = stub.WatchJob(request, timeout=remaining, metadata=metadata)
-        try:
-            for job in stream:
-                failures = 0
-                last = max(last, job.sequence)
-                yield job
-                if job.state in EXIT_BY_SETTLED_STATE:
-                    return
-            return  # the server ends the stream only after a terminal state
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and deadline is not None:
-                raise WaitTimedOut(f"job {job_id} did not settle within {max_wait:g}s") from None
-            if exc.code() not in _RESUMABLE or failures >= RESUME_ATTEMPTS_MAX:
-                raise
-            # The error is the call object itself, and its traceback holds frames that hold it: left
-            # to the cyclic collector, its __del__ may run at exit while a frozen gRPC thread holds its
-            # lock, and the process never ends.
-            exc.__traceback__ = None
-            time.sleep(RESUME_BACKOFF_SECONDS[failures])
-            failures += 1
-        finally:
-            stream.cancel()
+    its progress changes too (under the sequence of the state they belong to): the SDK's watch, which
+    resumes a dropped stream from the last sequence seen, as the messages jobsctl prints."""
+    try:
+        updates = client.watch(
+            job_id, after_sequence=after_sequence, include_progress=include_progress, timeout=max_wait
+        )
+        for job in updates:
+            # The SDK's copy of the stubs makes the very same message classes (one descriptor pool).
+            yield cast(jobs_pb2.Job, job.proto)
+    except DeadlineExceeded:
+        if max_wait is None:
+            raise
+        raise WaitTimedOut(f"job {job_id} did not settle within {max_wait:g}s") from None
 
 
 class StatusLine:
@@ -166,9 +130,8 @@ class StatusLine:
 def run_watch(call: Call, args: argparse.Namespace, console: Console) -> int:
     settled: jobs_pb2.Job | None = None
     updates = follow(
-        call.stub,
+        call.jobs,
         args.job_id,
-        call.metadata,
         after_sequence=args.after_sequence,
         max_wait=args.max_wait,
         include_progress=True,

@@ -55,6 +55,12 @@ class DevPaths:
         return self.root / "tokens.toml"
 
     @property
+    def stack_file(self) -> Path:
+        """Where a running stack says how to reach it (its database and API), for `make dev-worker`;
+        owner-only, removed when the stack stops."""
+        return self.root / "stack.toml"
+
+    @property
     def tokens(self) -> Path:
         """The plain dev tokens, kept so that they survive a restart; readable by the owner only."""
         return self.root / "dev-tokens.toml"
@@ -87,6 +93,16 @@ class Addresses:
 
     def all(self) -> tuple[str, ...]:
         return (self.api, self.api_metrics, *self.worker_metrics, self.console)
+
+    def by_variable(self) -> list[tuple[str, str]]:
+        """Each address with the variable that moves it."""
+        workers = ",".join(self.worker_metrics)
+        return [
+            ("JOBS_DEV_API_LISTEN", self.api),
+            ("JOBS_DEV_METRICS_LISTEN", self.api_metrics),
+            *(("JOBS_DEV_WORKER_METRICS_LISTEN", workers) for _ in self.worker_metrics),
+            ("JOBS_DEV_CONSOLE_LISTEN", self.console),
+        ]
 
 
 DEV_TENANT = "dev"
@@ -160,22 +176,30 @@ def main() -> int:
         _wait_until_serving(stack, started)
         _start_workers(stack, database_url, worker_token)
         _wait_for_workers(stack)
+        _write_stack_file(stack.paths, database_url, stack.addresses.api)
         _print_welcome(stack, time.monotonic() - started, tenant_token, admin_token)
         return _supervise(stack)
     except StackError as exc:
         print(f"dev stack: {exc}", file=sys.stderr)
         return 1
     finally:
+        stack.paths.stack_file.unlink(missing_ok=True)
         _stop(stack)
 
 
 def _check_ports_free(addresses: Addresses) -> None:
-    for address in addresses.all():
+    workers = set(addresses.worker_metrics)
+    for (variable, value), address in zip(addresses.by_variable(), addresses.all(), strict=True):
         host, port = address.rsplit(":", 1)
         with socket.socket() as probe:
             probe.settimeout(0.5)
             if probe.connect_ex((host, int(port))) == 0:
-                raise StackError(f"{address} is already in use (another `make run`?); stop that first")
+                example = "127.0.0.1:PORT,127.0.0.1:PORT" if address in workers else "127.0.0.1:PORT"
+                raise StackError(
+                    f"{address} is already in use (another `make run`?): stop that first, or move this stack's "
+                    f"address with {variable}={example} (now {value}; the JOBS_DEV_* variables are in "
+                    'docs/RUNBOOK.md, "The local stack")'
+                )
 
 
 def _database_url(stack: Stack) -> str:
@@ -311,6 +335,19 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(partial, path)
 
 
+def _write_stack_file(paths: DevPaths, database_url: str, api: str) -> None:
+    _write_private(
+        paths.stack_file,
+        "# Written by `make run` while it runs: how `make dev-worker` joins it.\n"
+        f"database_url = {_toml_string(database_url)}\n"
+        f"api_target = {_toml_string(api)}\n",
+    )
+
+
+def _toml_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def _sha256_hex(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
@@ -422,7 +459,10 @@ In another shell (tenant "{DEV_TENANT}"; the token stays the same across restart
   .venv/bin/jobsctl list
   .venv/bin/jobsctl --output json get JOB_ID
 
-With grpcurl (the server has reflection):
+Your own job kinds: `make dev-worker MODULES=my_jobs` runs one more worker with them beside this stack,
+restarting it whenever one of their files changes (docs/HANDLERS.md, "The edit loop").
+
+With grpcurl (the server has reflection; error details decode too):
 
   grpcurl -plaintext -H "authorization: Bearer $JOBS_TOKEN" \\
     -d '{{"kind": "echo", "payload": "aGVsbG8="}}' {host}:{port} jobs.v1.JobService/SubmitJob

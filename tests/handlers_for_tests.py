@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -54,6 +55,12 @@ def register(registry: HandlerRegistry) -> None:
         registry.register(f"gather.{executor}", max_attempts=2, backoff_base_seconds=0.1, executor=executor)(
             gather_plain
         )
+    registry.register("logs.async", max_attempts=2, backoff_base_seconds=0.1)(log_then_fail_once)
+    for executor in ("thread", "process"):
+        registry.register(f"logs.{executor}", max_attempts=2, backoff_base_seconds=0.1, executor=executor)(
+            log_then_fail_once_plain
+        )
+    registry.register("logs.chatty", max_attempts=1)(log_past_the_bound)
     # Its policy comes from the environment, so two replicas can disagree on it.
     registry.register("variant", max_attempts=int(os.environ.get("JOBS_TEST_VARIANT_MAX_ATTEMPTS", "2")))(plain_echo)
     registry.register("sized.result", max_attempts=3)(sized_result)
@@ -63,6 +70,32 @@ async def sized_result(ctx: JobContext) -> bytes:
     """A result of the size the payload names (JSON {"bytes": n, "fill": 0..255}), from a small payload."""
     spec = json.loads(ctx.payload)
     return bytes([spec["fill"]]) * spec["bytes"]
+
+
+async def log_then_fail_once(ctx: JobContext) -> bytes:
+    """Logs through ctx.log and through a module's logger; its first attempt then fails."""
+    ctx.log.info("attempt %d of %s starting", ctx.attempt, ctx.kind)
+    logging.getLogger("tests.user_code").warning("a record of the handler's own logger")
+    await asyncio.sleep(0)
+    if ctx.attempt == 1:
+        raise RetryableError("first attempt fails")
+    return b"logged"
+
+
+def log_then_fail_once_plain(ctx: JobContext) -> bytes:
+    """log_then_fail_once as a plain def, for a thread or a child process."""
+    ctx.log.info("attempt %d of %s starting", ctx.attempt, ctx.kind)
+    logging.getLogger("tests.user_code").warning("a record of the handler's own logger")
+    if ctx.attempt == 1:
+        raise RetryableError("first attempt fails")
+    return b"logged"
+
+
+def log_past_the_bound(ctx: JobContext) -> bytes:
+    """Logs more lines than an attempt keeps."""
+    for i in range(int(ctx.payload or b"1010")):
+        ctx.log.debug("line %d", i)
+    return b""
 
 
 async def gather(ctx: JobContext) -> bytes:

@@ -1402,6 +1402,19 @@ CREATE TABLE public.job_limits (
     CONSTRAINT job_limits_rate_per_second_check CHECK (((rate_per_second >= (0)::double precision) AND (rate_per_second < 'Infinity'::double precision)))
 );
 
+CREATE TABLE public.job_logs (
+    job_id uuid NOT NULL,
+    tenant text NOT NULL,
+    fencing_token bigint NOT NULL,
+    attempt integer NOT NULL,
+    sequence integer NOT NULL,
+    at timestamp with time zone NOT NULL,
+    level text NOT NULL,
+    logger text NOT NULL,
+    message text NOT NULL,
+    CONSTRAINT job_logs_sequence_check CHECK ((sequence >= 1))
+);
+
 CREATE TABLE public.job_progress (
     job_id uuid NOT NULL,
     tenant text NOT NULL,
@@ -1632,6 +1645,9 @@ ALTER TABLE ONLY public.job_kinds
 ALTER TABLE ONLY public.job_limits
     ADD CONSTRAINT job_limits_pkey PRIMARY KEY (key);
 
+ALTER TABLE ONLY public.job_logs
+    ADD CONSTRAINT job_logs_pkey PRIMARY KEY (job_id, fencing_token, sequence);
+
 ALTER TABLE ONLY public.job_progress
     ADD CONSTRAINT job_progress_pkey PRIMARY KEY (job_id);
 
@@ -1755,6 +1771,9 @@ ALTER TABLE ONLY public.job_attempt_errors
 ALTER TABLE ONLY public.job_checkpoints
     ADD CONSTRAINT job_checkpoints_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
 
+ALTER TABLE ONLY public.job_logs
+    ADD CONSTRAINT job_logs_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
+
 ALTER TABLE ONLY public.job_progress
     ADD CONSTRAINT job_progress_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(job_id) ON DELETE CASCADE;
 
@@ -1793,6 +1812,10 @@ CREATE POLICY job_events_api_tenant ON public.job_events TO jobs_api USING (publ
 CREATE POLICY job_events_worker_insert ON public.job_events FOR INSERT TO jobs_worker WITH CHECK ((EXISTS ( SELECT 1
    FROM public.jobs j
   WHERE ((j.job_id = job_events.job_id) AND (j.tenant = job_events.tenant) AND (j.sequence = job_events.sequence) AND (j.state = job_events.to_state)))));
+
+ALTER TABLE public.job_logs ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY job_logs_api_tenant ON public.job_logs TO jobs_api USING (public.jobs_tenant_visible(tenant)) WITH CHECK (public.jobs_tenant_visible(tenant));
 
 ALTER TABLE public.job_progress ENABLE ROW LEVEL SECURITY;
 
@@ -1899,6 +1922,8 @@ GRANT SELECT,INSERT,UPDATE ON TABLE public.job_kinds TO jobs_api;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.job_limits TO jobs_api;
 GRANT SELECT ON TABLE public.job_limits TO jobs_worker;
+
+GRANT SELECT,INSERT ON TABLE public.job_logs TO jobs_api;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.job_progress TO jobs_api;
 

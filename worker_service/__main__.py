@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from prometheus_client import disable_created_metrics
 
+from durable_jobs.logs import AttemptLogHandler
 from shared.domain.errors import JobsError
 from shared.env_settings import LOG_LEVEL_DEFAULT, SettingsError, split_host_port
 from shared.garbage_collection import pace_garbage_collector
@@ -26,6 +27,9 @@ from worker_service.tracing import TRACING_AVAILABLE
 from worker_service.worker import Worker
 
 log = logging.getLogger("worker_service")
+# The service's own loggers: what they say inside a handler's call (a checkpoint's report) is the
+# replica's business, kept in its log only.
+SERVICE_LOGGERS = ("worker_service", "shared", "durable_jobs", "grpc")
 
 
 async def run(settings: WorkerSettings, stop: asyncio.Event | None = None) -> None:
@@ -97,6 +101,9 @@ def main() -> int:
     try:
         settings = WorkerSettings.from_env(os.environ)
         configure_logging(settings.log_level, "worker_service")
+        # Records that handlers' code makes while it runs are kept with the attempt too (the replica's
+        # own loggers' are not: they are the service's, not the job's).
+        logging.getLogger().addHandler(AttemptLogHandler(skipped=SERVICE_LOGGERS))
         pace_garbage_collector()
         asyncio.run(run(settings))
         return 0

@@ -13,9 +13,11 @@ from typing import TypeVar
 import grpc
 from google.protobuf.message import Message
 
+from durable_jobs.handlers import CheckpointRefused
 from jobs.v1 import worker_pb2, worker_pb2_grpc
 from shared.domain.checkpoints import Checkpoint, ProgressReport
 from shared.domain.ids import JobId
+from shared.domain.job_logs import AttemptLog
 from shared.domain.jobs import (
     Completion,
     FailureReport,
@@ -26,7 +28,6 @@ from shared.domain.jobs import (
     ReportOutcome,
 )
 from shared.domain.results import RESULT_LIMIT_BYTES_DEFAULT
-from shared.handlers.api import CheckpointRefused
 from shared.rpc_error_details import rpc_error_details
 from worker_service import convert
 from worker_service.transport_security import ClientTlsFiles
@@ -176,6 +177,10 @@ class ApiClient:
         response = await self._call(
             self._stub.ReportProgress, convert.report_progress_request(reports), deadline=deadline
         )
+        return [convert.outcome_from_proto(o.outcome) for o in response.outcomes]
+
+    async def append_logs(self, logs: list[AttemptLog], *, deadline: float) -> list[ReportOutcome]:
+        response = await self._call(self._stub.AppendJobLogs, convert.append_logs_request(logs), deadline=deadline)
         return [convert.outcome_from_proto(o.outcome) for o in response.outcomes]
 
     async def dependency_results(self, lease: LeaseRef, *, deadline: float) -> dict[JobId, bytes] | ReportOutcome:

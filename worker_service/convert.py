@@ -10,6 +10,7 @@ from google.protobuf import duration_pb2
 from jobs.v1 import jobs_pb2, worker_pb2
 from shared.domain.checkpoints import Checkpoint, ProgressReport
 from shared.domain.ids import FencingToken, JobId
+from shared.domain.job_logs import AttemptLog
 from shared.domain.jobs import (
     Completion,
     ErrorCategory,
@@ -116,6 +117,16 @@ def checkpoint_from_proto(message: jobs_pb2.StageCheckpoint) -> Checkpoint:
         fencing_token=FencingToken(message.fencing_token),
         at=message.recorded_at.ToDatetime(tzinfo=UTC),
     )
+
+
+def append_logs_request(logs: list[AttemptLog]) -> worker_pb2.AppendJobLogsRequest:
+    request = worker_pb2.AppendJobLogsRequest()
+    for attempt_log in logs:
+        shipped = request.logs.add(job_id=attempt_log.lease.job_id, fencing_token=attempt_log.lease.fencing_token)
+        for sequence, line in attempt_log.lines:
+            kept = shipped.lines.add(sequence=sequence, level=line.level, logger=line.logger, message=line.message)
+            kept.at.FromDatetime(line.at)
+    return request
 
 
 def report_progress_request(reports: list[ProgressReport]) -> worker_pb2.ReportProgressRequest:

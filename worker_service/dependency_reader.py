@@ -6,10 +6,10 @@ import asyncio
 import threading
 from collections.abc import Callable
 
+from durable_jobs.handlers import RetryableError
 from shared.domain.errors import LeaseLost
 from shared.domain.ids import JobId
 from shared.domain.jobs import LeaseRef, ReportOutcome
-from shared.handlers.api import RetryableError
 from worker_service.api_client import ApiClient, ApiUnreachable
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import functools
+import logging
 import multiprocessing
 import multiprocessing.connection
 import threading
@@ -17,12 +16,7 @@ from dataclasses import dataclass
 from multiprocessing.synchronize import Event as ProcessEvent
 from typing import Any
 
-from shared.domain.checkpoints import Checkpoint
-from shared.domain.errors import LeaseLost
-from shared.domain.ids import JobId
-from shared.domain.jobs import ErrorCategory
-from shared.domain.kinds import Executor
-from shared.handlers.api import (
+from durable_jobs.handlers import (
     HandlerError,
     HandlerSpec,
     JobContext,
@@ -32,6 +26,12 @@ from shared.handlers.api import (
     RetryableError,
     StopSignal,
 )
+from durable_jobs.logs import LogLine, attempt_log_handler_installed, capturing, capturing_call
+from shared.domain.checkpoints import Checkpoint
+from shared.domain.errors import LeaseLost
+from shared.domain.ids import JobId
+from shared.domain.jobs import ErrorCategory
+from shared.domain.kinds import Executor
 from worker_service import tracing
 
 # A process handler still running this long after its stop was requested is terminated.
@@ -70,12 +70,14 @@ class HandlerExecutors:
 
     async def run(self, spec: HandlerSpec, context: JobContext) -> object:
         if spec.executor is Executor.ASYNC:
-            return await spec.handler(context)  # type: ignore[misc]
+            with capturing(context.log_sink):
+                return await spec.handler(context)  # type: ignore[misc]
         if spec.executor is Executor.THREAD:
             # In a copy of the caller's context variables, as asyncio.to_thread does (run_in_executor
-            # does not): the attempt's span stays the current one, and the handler's own spans nest in it.
-            run = functools.partial(contextvars.copy_context().run, spec.handler, context)
-            return await asyncio.get_running_loop().run_in_executor(self._threads, run)
+            # does not): the attempt's span stays the current one, and the handler's own spans nest in it;
+            # with the attempt's log sink current, so that its logging records are kept with it.
+            call = capturing_call(context.log_sink, spec.handler, context)
+            return await asyncio.get_running_loop().run_in_executor(self._threads, call)
         return await self._run_in_process(spec, context)
 
     def close(self) -> None:
@@ -89,7 +91,15 @@ class HandlerExecutors:
         stop = self._processes.Event()
         child = self._processes.Process(
             target=_child_main,
-            args=(sender, spec.handler, _ChildContext.of(context), stop, child_calls, tracing.current_carrier()),
+            args=(
+                sender,
+                spec.handler,
+                _ChildContext.of(context),
+                stop,
+                child_calls,
+                tracing.current_carrier(),
+                logging.getLogger().level,
+            ),
             name=f"jobs-handler-{context.kind}",
             daemon=True,
         )
@@ -144,6 +154,9 @@ class _ChildCalls:
                 return
             if message[0] == "progress":
                 self._context.report_progress(message[1], message[2])
+            elif message[0] == "log":
+                if self._context.log_sink is not None:
+                    self._context.log_sink.write(message[1])
             elif message[0] == "dependencies":
                 self._connection.send(await self._dependencies())
             else:
@@ -190,7 +203,8 @@ async def _next_message(connection: multiprocessing.connection.Connection) -> tu
 
 
 class _ParentCalls:
-    """The child's side of _ChildCalls: its context's checkpoint book, progress sink and dependency results."""
+    """The child's side of _ChildCalls: its context's checkpoint book, progress sink, log sink and
+    dependency results."""
 
     def __init__(self, connection: Any) -> None:
         self._connection = connection
@@ -199,6 +213,10 @@ class _ParentCalls:
     def report(self, fraction: float, message: str) -> None:
         with self._lock:
             self._connection.send(("progress", fraction, message))
+
+    def write(self, line: LogLine) -> None:
+        with self._lock:
+            self._connection.send(("log", line))
 
     async def record(self, stage: str, data: bytes) -> Checkpoint:
         return await asyncio.get_running_loop().run_in_executor(None, self.record_blocking, stage, data)
@@ -299,6 +317,7 @@ def _child_main(
     stop: ProcessEvent,
     calls: Any,
     trace_carrier: dict[str, str],
+    log_level: int,
 ) -> None:
     parent = _ParentCalls(calls)
     context = JobContext(
@@ -307,9 +326,10 @@ def _child_main(
         checkpoint_book=parent,
         progress_sink=parent,
         dependency_source=parent,
+        log_sink=parent,
     )
     try:
-        with tracing.carried_context(trace_carrier):
+        with tracing.carried_context(trace_carrier), attempt_log_handler_installed(log_level), capturing(parent):
             result = handler(context)
         sender.send(("ok", result))
     except (PushedBack, RetryableError) as exc:

@@ -8,8 +8,8 @@ import random
 from dataclasses import dataclass
 from datetime import datetime
 
+from durable_jobs.handlers import HandlerRegistry
 from shared.domain.errors import JobsError
-from shared.handlers.api import HandlerRegistry
 from shared.storage import kind_store
 from shared.storage.database import Database
 from worker_service.metrics import WorkerMetrics

@@ -14,6 +14,15 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from durable_jobs.handlers import (
+    HandlerError,
+    HandlerRegistry,
+    HandlerSpec,
+    JobContext,
+    PermanentError,
+    PushedBack,
+    RetryableError,
+)
 from shared.domain.errors import JobsError, LeaseLost
 from shared.domain.jobs import (
     ClaimedJob,
@@ -28,15 +37,6 @@ from shared.domain.jobs import (
     RetryHint,
 )
 from shared.domain.results import result_too_large
-from shared.handlers.api import (
-    HandlerError,
-    HandlerRegistry,
-    HandlerSpec,
-    JobContext,
-    PermanentError,
-    PushedBack,
-    RetryableError,
-)
 from shared.storage import checkpoint_store, lease_store
 from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
@@ -53,6 +53,7 @@ from worker_service.dependency_reader import ApiDependencyResults
 from worker_service.handler_executors import HandlerExecutors, HandlerProcessFailed
 from worker_service.health_server import WorkerHealth
 from worker_service.kind_publisher import KindPublisher
+from worker_service.log_shipper import LeaseLog, LogShipper
 from worker_service.metrics import AttemptOutcome, WorkerMetrics
 from worker_service.progress_reporter import ProgressReporter
 from worker_service.receipt_book import DatabaseReceiptBook
@@ -142,6 +143,7 @@ class Worker:
             api, flush_seconds=settings.completion_flush_seconds, batch_max=settings.completion_batch_max
         )
         self._progress = ProgressReporter(api, interval_seconds=settings.progress_interval_seconds)
+        self._logs = LogShipper(api, interval_seconds=settings.progress_interval_seconds)
         self._active: dict[str, ActiveJob] = {}
         # Read when scraped: set at every claim and every job's end it took a lock per job.
         metrics.in_flight.set_function(lambda: len(self._active))
@@ -162,6 +164,7 @@ class Worker:
         background = [
             asyncio.create_task(self._batcher.run(), name="completion-batcher"),
             asyncio.create_task(self._progress.run(), name="progress-reporter"),
+            asyncio.create_task(self._logs.run(), name="log-shipper"),
             asyncio.create_task(self._keep_leases(), name="lease-keeper"),
             asyncio.create_task(self._stop_expired_leases(), name="lease-expiry"),
             asyncio.create_task(self._publisher.keep_published(), name="kind-publisher"),
@@ -304,6 +307,7 @@ class Worker:
             checkpoints={checkpoint.stage: checkpoint for checkpoint in job.checkpoints},
             checkpoint_book=ApiCheckpointBook(self._api, lease, report_seconds=self._settings.lease_seconds),
             progress_sink=self._progress.sink(lease),
+            log_sink=self._logs.sink(lease),
             dependency_source=ApiDependencyResults(self._api, lease, self._report_deadline),
             traceparent=job.trace_context.traceparent if job.trace_context else None,
             tracestate=job.trace_context.tracestate if job.trace_context else None,
@@ -340,6 +344,7 @@ class Worker:
             log.exception("job runner failed", extra=active.log_fields)
         finally:
             self._progress.forget(active.claimed.job_id)
+            self._logs.forget(active.claimed.job_id)
             self._active.pop(active.claimed.job_id, None)
             self.wake()
 
@@ -357,6 +362,7 @@ class Worker:
                 raise
             _uncancel_current_task()
             self._metrics.observe_execution(job.kind, time.monotonic() - started, active.span.exemplar())
+            await self._flush_logs(active)
             await self._after_stop(active, reason)
             return
         except LeaseLost:
@@ -382,10 +388,17 @@ class Worker:
         active.reporting = True
         self.wake()  # the slot is free for the next claim
         await self._progress.flush(job.job_id)
+        await self._flush_logs(active)
         if error is None:
             await self._report_completion(active, result)
         else:
             await self._report_failure(active, error, hint)
+
+    async def _flush_logs(self, active: ActiveJob) -> None:
+        """The attempt's last lines go before its report: after it, the lease no longer admits them."""
+        if isinstance(active.context.log_sink, LeaseLog):
+            active.context.log_sink.close()
+        await self._logs.flush(active.claimed.job_id)
 
     async def _invoke(self, spec: HandlerSpec | None, context: JobContext) -> bytes:
         if spec is None:

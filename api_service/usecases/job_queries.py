@@ -11,15 +11,18 @@ from dataclasses import replace
 from api_service.result_cache import ResultCache, ResultCacheLimits
 from shared.domain.errors import FailedPrecondition, FieldViolation, InvalidArgument, NotFound, ViolationCollector
 from shared.domain.ids import JobId, TenantId
+from shared.domain.job_logs import JobLogLine, LogPosition
 from shared.domain.jobs import Job, JobEvent, JobPage, JobResult, JobState, ListFilter, PageCursor
-from shared.domain.paging import event_bytes, fitting
+from shared.domain.paging import event_bytes, fitting, log_line_bytes
 from shared.domain.submission_rules import SubmissionLimits, check_job_id, check_text
-from shared.storage import checkpoint_store, job_store, progress_store, scheduling_store
+from shared.storage import checkpoint_store, job_store, log_store, progress_store, scheduling_store
 from shared.storage.database import Database
 
 PAGE_SIZE_DEFAULT = 50
 _MAY_BE_HELD = frozenset({JobState.PENDING, JobState.RETRY_WAIT})
 PAGE_SIZE_MAX = 500
+LOG_PAGE_SIZE_DEFAULT = 200
+LOG_PAGE_SIZE_MAX = 1000
 # What an entry costs beyond its payload: the key, the result (and job) records, the cache's own links.
 # Measured with tracemalloc: about 0.6 KiB for a job's result, 1.2 KiB for a latest result with its job.
 ENTRY_OVERHEAD_BYTES = 2048
@@ -168,3 +171,23 @@ class JobQueries:
         if len(kept) == len(events):
             return kept, None
         return kept, kept[-1].sequence
+
+    async def list_logs(
+        self, tenant: TenantId, job_id: JobId, attempt: int, after: LogPosition, page_size: int
+    ) -> tuple[list[JobLogLine], LogPosition | None]:
+        """A page of what the job's handlers logged, and where the next page starts (None on the last)."""
+        check_job_id(job_id)
+        if page_size < 0 or page_size > LOG_PAGE_SIZE_MAX:
+            raise InvalidArgument(FieldViolation("page_size", f"must be between 0 and {LOG_PAGE_SIZE_MAX}"))
+        if attempt < 0:
+            raise InvalidArgument(FieldViolation("attempt", "must be 0 (every attempt) or an attempt number"))
+        limit = page_size or LOG_PAGE_SIZE_DEFAULT
+        async with self._db.transaction(tenant) as conn:
+            lines = await log_store.list_lines(conn, tenant, job_id, attempt=attempt, after=after, limit=limit + 1)
+            if not lines and await job_store.get_job(conn, tenant, job_id) is None:
+                raise NotFound()
+        kept = lines[: fitting(lines[:limit], log_line_bytes)]
+        if len(kept) == len(lines):
+            return kept, None
+        last = kept[-1]
+        return kept, LogPosition(last.fencing_token, last.sequence)

@@ -9,12 +9,14 @@ import dataclasses
 from api_service.usecases.lifecycle import JobLifecycle
 from shared.domain.errors import NotFound
 from shared.domain.ids import JobId, TenantId
+from shared.domain.job_logs import LogPosition
 from shared.domain.jobs import Job, JobState
 from shared.domain.operator_views import JobDetail, QueueLine
 from shared.domain.submission_rules import check_job_id
 from shared.storage import (
     checkpoint_store,
     job_store,
+    log_store,
     operator_store,
     progress_store,
     receipt_store,
@@ -29,6 +31,8 @@ EVENTS_SHOWN_MAX = 500
 # Dependents shown per page: a fan-in's source may have tens of thousands (20,000 made a 4.7 MB page).
 DEPENDENTS_PAGE_SIZE = 100
 _MAY_BE_HELD = frozenset({JobState.PENDING, JobState.RETRY_WAIT})
+# The page shows the start of a long handler log; `jobsctl logs` reads all of it.
+LOG_LINES_SHOWN_MAX = 500
 FAILED_WINDOW_SECONDS_DEFAULT = 3600.0
 
 
@@ -43,7 +47,7 @@ class OperatorReads:
 
     async def job(self, job_id: JobId, *, dependents_after: JobId | None = None) -> JobDetail:
         """The job with its history (each failed attempt's error), receipts, dependencies and a page of
-        its dependents, stage checkpoints, latest progress, and why it waits if it is held back."""
+        its dependents, stage checkpoints, latest progress, handler log, and why it waits if it is held back."""
         check_job_id(job_id)
         if dependents_after is not None:
             check_job_id(dependents_after, "dependents_after")
@@ -62,6 +66,9 @@ class OperatorReads:
             progress = await progress_store.get(conn, job.tenant, job_id)
             held = job.state in _MAY_BE_HELD
             waiting = await scheduling_store.waiting_reason(conn, job.tenant, job_id) if held else None
+            logs = await log_store.list_lines(
+                conn, job.tenant, job_id, attempt=0, after=LogPosition(), limit=LOG_LINES_SHOWN_MAX
+            )
         more = len(dependents) > DEPENDENTS_PAGE_SIZE
         shown = dependents[:DEPENDENTS_PAGE_SIZE]
         return dataclasses.replace(
@@ -75,6 +82,7 @@ class OperatorReads:
             more_dependents_after=shown[-1].job_id if more else None,
             checkpoints=checkpoints,
             progress=progress,
+            logs=tuple(logs),
         )
 
 

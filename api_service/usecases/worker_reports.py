@@ -25,6 +25,7 @@ from shared.domain.errors import (
     ResourceDeleted,
 )
 from shared.domain.ids import JobId
+from shared.domain.job_logs import LOG_LEVELS, LOG_LINES_PER_CALL_MAX, LOG_SEQUENCE_MAX, AttemptLog, clean_line
 from shared.domain.jobs import (
     PUSHBACKS_UNCOUNTED_MAX,
     RETRY_AFTER_MAX_SECONDS,
@@ -47,6 +48,7 @@ from shared.storage import (
     dependency_results,
     job_store,
     lease_store,
+    log_store,
     progress_store,
     scheduling_store,
 )
@@ -333,6 +335,28 @@ class WorkerReports:
         cleaned = [ProgressReport(r.lease, r.fraction, clean_progress_message(r.message)) for r in reports]
         async with self._db.transaction() as conn:
             return await progress_store.record_batch(conn, cleaned)
+
+    async def append_logs(self, logs: Sequence[AttemptLog]) -> list[ReportOutcome]:
+        """Per-attempt outcomes; a refusal (lines that crossed the attempt's end) is usual and not logged."""
+        _check_leases([log.lease for log in logs], "logs")
+        if len({log.job_id for log in logs}) != len(logs):
+            raise InvalidArgument(FieldViolation("logs", "must not name a job twice"))
+        if sum(len(log.lines) for log in logs) > LOG_LINES_PER_CALL_MAX:
+            raise InvalidArgument(FieldViolation("logs", f"at most {LOG_LINES_PER_CALL_MAX} lines in one call"))
+        for index, log in enumerate(logs):
+            for number, (sequence, line) in enumerate(log.lines):
+                if not 1 <= sequence <= LOG_SEQUENCE_MAX or line.level not in LOG_LEVELS:
+                    where = f"logs[{index}].lines[{number}]"
+                    raise InvalidArgument(
+                        FieldViolation(where, f"sequence is 1 to {LOG_SEQUENCE_MAX}, level one of {sorted(LOG_LEVELS)}")
+                    )
+        cleaned = [AttemptLog(log.lease, tuple((n, clean_line(line)) for n, line in log.lines)) for log in logs]
+        shipped = [log for log in cleaned if log.lines]
+        if not shipped:
+            return [ReportOutcome.ACCEPTED for _ in logs]
+        async with self._db.transaction() as conn:
+            outcomes = dict(zip((id(log) for log in shipped), await log_store.append_batch(conn, shipped), strict=True))
+        return [outcomes.get(id(log), ReportOutcome.ACCEPTED) for log in cleaned]
 
     async def dependency_results(self, lease: LeaseRef, after: JobId | None) -> DependencyResultsPage:
         """A page of the results of the jobs the leased job depends on; only its current lease holder reads."""

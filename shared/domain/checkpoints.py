@@ -2,39 +2,43 @@
 
 A checkpoint says that a stage of the job is done and its output durable; it holds a small record (a
 pointer to that output, a count, a hash), not the output itself. Progress is informational: the latest
-value wins, and nothing decides on it."""
+value wins, and nothing decides on it. The records a handler sees, and their bounds, are the SDK's
+(durable_jobs.records); the service holds handlers to the same ones."""
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from shared.domain.ids import FencingToken, JobId
+from durable_jobs.records import (
+    CHECKPOINT_DATA_MAX_BYTES,
+    CHECKPOINTS_PER_JOB_MAX,
+    PROGRESS_MESSAGE_MAX_CHARS,
+    STAGE_MAX_CHARS,
+    Checkpoint,
+    clean_progress_message,
+    data_problem,
+    encode_checkpoint_data,
+    fraction_problem,
+    stage_problem,
+)
+from shared.domain.ids import JobId
 from shared.domain.jobs import LeaseRef
 
-STAGE_MAX_CHARS = 200
-# A record, not an output: a URI, an id, a digest fits many times over.
-CHECKPOINT_DATA_MAX_BYTES = 16 * 1024
-CHECKPOINTS_PER_JOB_MAX = 32
-PROGRESS_MESSAGE_MAX_CHARS = 200
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """A finished stage, as an attempt recorded it."""
-
-    stage: str
-    data: bytes
-    attempt: int
-    fencing_token: FencingToken
-    at: datetime
-
-    def json(self) -> Any:
-        """The record decoded from JSON: what `ctx.checkpoint(stage, value)` stored for a non-bytes value."""
-        return json.loads(self.data)
+__all__ = [
+    "CHECKPOINT_DATA_MAX_BYTES",
+    "CHECKPOINTS_PER_JOB_MAX",
+    "PROGRESS_MESSAGE_MAX_CHARS",
+    "STAGE_MAX_CHARS",
+    "Checkpoint",
+    "Progress",
+    "ProgressReport",
+    "clean_progress_message",
+    "data_problem",
+    "encode_checkpoint_data",
+    "fraction_problem",
+    "stage_problem",
+]
 
 
 @dataclass(frozen=True)
@@ -58,37 +62,3 @@ class ProgressReport:
     @property
     def job_id(self) -> JobId:
         return self.lease.job_id
-
-
-def encode_checkpoint_data(value: object) -> bytes:
-    """bytes are kept as they are; any other value is stored as its JSON text."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
-def stage_problem(stage: str) -> str | None:
-    """Why `stage` cannot name a checkpoint, or None."""
-    if not isinstance(stage, str) or not stage or len(stage) > STAGE_MAX_CHARS or "\x00" in stage:
-        return f"a stage name is 1 to {STAGE_MAX_CHARS} characters without NUL"
-    return None
-
-
-def data_problem(data: bytes) -> str | None:
-    if len(data) > CHECKPOINT_DATA_MAX_BYTES:
-        return (
-            f"a checkpoint's data is at most {CHECKPOINT_DATA_MAX_BYTES} bytes, not {len(data)}: store the stage's "
-            "output elsewhere and checkpoint a pointer to it"
-        )
-    return None
-
-
-def fraction_problem(fraction: float) -> str | None:
-    if not isinstance(fraction, int | float) or not math.isfinite(fraction) or not 0.0 <= fraction <= 1.0:
-        return f"progress is a fraction from 0 to 1, not {fraction!r}"
-    return None
-
-
-def clean_progress_message(message: str) -> str:
-    """Progress text as stored: cut to the bound, without NUL (a progress line is never worth a failure)."""
-    return str(message).replace("\x00", "")[:PROGRESS_MESSAGE_MAX_CHARS]

@@ -5,9 +5,11 @@ import time
 import uuid
 from typing import NewType
 
-JobId = NewType("JobId", str)
-TenantId = NewType("TenantId", str)
-FencingToken = NewType("FencingToken", int)
+# The ids a handler sees are the SDK's, so that the service and handler code share one type.
+from durable_jobs.ids import FencingToken, JobId, TenantId
+
+__all__ = ["FencingToken", "JobId", "TenantId", "WorkerId", "new_job_ids"]
+
 WorkerId = NewType("WorkerId", str)
 
 

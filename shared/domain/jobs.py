@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+# A handler raises and records these, so they are the SDK's; re-exported as the domain's own.
+from durable_jobs.records import ErrorCategory as ErrorCategory
+from durable_jobs.records import Receipt as Receipt
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.limit_keys import WaitingReason
 from shared.domain.trace_context import TraceContext
@@ -34,12 +37,6 @@ class JobState(enum.StrEnum):
 
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.SUPERSEDED})
-
-
-class ErrorCategory(enum.StrEnum):
-    RETRYABLE = "retryable"
-    PERMANENT = "permanent"
-    OUTCOME_UNKNOWN = "outcome_unknown"
 
 
 class ReportOutcome(enum.StrEnum):
@@ -237,23 +234,6 @@ class JobEvent:
     at: datetime
     # The error of the attempt this transition ended, when it ended by a failure report.
     error: JobError | None = None
-
-
-@dataclass(frozen=True)
-class Receipt:
-    """An external call of one attempt: its intent, and its confirmation once the call is known done."""
-
-    attempt: int
-    step: str
-    fencing_token: FencingToken
-    intent: bytes
-    receipt: bytes | None
-    recorded_at: datetime
-    confirmed_at: datetime | None
-
-    @property
-    def confirmed(self) -> bool:
-        return self.confirmed_at is not None
 
 
 @dataclass(frozen=True)

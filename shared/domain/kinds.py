@@ -1,43 +1,18 @@
-"""A job kind's policy as workers publish it and the API applies it."""
+"""A job kind's policy as workers publish it and the API applies it: declared in handler code, so it is
+the SDK's (durable_jobs.kinds)."""
 
-from __future__ import annotations
+from durable_jobs.kinds import (
+    BACKOFF_BASE_SECONDS_DEFAULT,
+    BACKOFF_CAP_SECONDS_DEFAULT,
+    MAX_ATTEMPTS_DEFAULT,
+    Executor,
+    KindPolicy,
+)
 
-import enum
-import hashlib
-import json
-from dataclasses import asdict, dataclass
-
-MAX_ATTEMPTS_DEFAULT = 3
-# Retry backoff: full jitter in [0, min(cap, base * 2^(attempt-1))] seconds.
-BACKOFF_BASE_SECONDS_DEFAULT = 1.0
-BACKOFF_CAP_SECONDS_DEFAULT = 300.0
-
-
-class Executor(enum.StrEnum):
-    """Where a kind's handler runs in a worker replica."""
-
-    ASYNC = "async"  # on the event loop: must await, never block
-    THREAD = "thread"  # a plain `def`, in the replica's bounded thread pool
-    PROCESS = "process"  # a plain `def` in a child process: CPU-bound code, terminated on stop
-
-
-@dataclass(frozen=True)
-class KindPolicy:
-    kind: str
-    max_attempts: int = MAX_ATTEMPTS_DEFAULT
-    backoff_base_seconds: float = BACKOFF_BASE_SECONDS_DEFAULT
-    backoff_cap_seconds: float = BACKOFF_CAP_SECONDS_DEFAULT
-    # Longest one attempt may run; None means only the lease bounds it.
-    timeout_seconds: float | None = None
-    # True for kinds that call out to systems which may act on a request whose answer was lost.
-    external_side_effects: bool = False
-    # Limit keys every job of the kind carries besides `kind:<kind>` and `tenant:<tenant>`.
-    limit_keys: tuple[str, ...] = ()
-    executor: Executor = Executor.ASYNC
-
-    def digest(self) -> bytes:
-        """Equal for equal policies, whichever replica computed it: detects replicas that disagree."""
-        fields = asdict(self)
-        fields["limit_keys"] = sorted(self.limit_keys)
-        fields["executor"] = self.executor.value
-        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).digest()
+__all__ = [
+    "BACKOFF_BASE_SECONDS_DEFAULT",
+    "BACKOFF_CAP_SECONDS_DEFAULT",
+    "MAX_ATTEMPTS_DEFAULT",
+    "Executor",
+    "KindPolicy",
+]

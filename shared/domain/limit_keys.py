@@ -18,10 +18,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+# The implicit keys' namespaces and the rule for a kind's declared keys are the SDK's, whose registry
+# checks them when a kind is declared; the rest of the grammar builds on them here.
+from durable_jobs.kinds import KIND_PREFIX, TENANT_PREFIX
+from durable_jobs.kinds import declared_key_problem as declared_key_problem
 from shared.domain.errors import ViolationCollector
 
-KIND_PREFIX = "kind:"
-TENANT_PREFIX = "tenant:"
 # Between a tenant and the name of one of its own keys; in no tenant name and no key name.
 OWN_KEY_SEPARATOR = "/"
 TENANT_NAME_MAX = 200
@@ -80,15 +82,6 @@ def tenant_name_problem(tenant: str) -> str | None:
         )
     if not tenant.isprintable():
         return "a tenant name holds printable characters only"
-    return None
-
-
-def declared_key_problem(key: str) -> str | None:
-    """Why a kind cannot declare `key`, or None: the kind and tenant namespaces are the implicit keys'."""
-    if not key or not key.isprintable():
-        return "a declared limit key is a non-empty printable string"
-    if key.startswith((KIND_PREFIX, TENANT_PREFIX)):
-        return f"a declared limit key cannot start with {KIND_PREFIX!r} or {TENANT_PREFIX!r}: those are every job's own"
     return None
 
 

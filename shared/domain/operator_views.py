@@ -7,6 +7,7 @@ from datetime import datetime
 
 from shared.domain.checkpoints import Checkpoint, Progress
 from shared.domain.ids import JobId
+from shared.domain.job_logs import JobLogLine
 from shared.domain.jobs import Job, JobEvent, JobState, Receipt
 
 
@@ -75,6 +76,8 @@ class JobDetail:
     more_dependents_after: JobId | None = None
     checkpoints: tuple[Checkpoint, ...] = ()
     progress: Progress | None = None
+    # What its handlers logged, oldest first, the first LOG_LINES_SHOWN_MAX of them.
+    logs: tuple[JobLogLine, ...] = ()
 
     @property
     def version(self) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from shared.domain.job_logs import JobLogLine
 from shared.domain.jobs import Job, JobError, JobEvent, JobPage, PageCursor
 from shared.domain.schedules import Schedule
 
@@ -40,6 +41,11 @@ def job_bytes(job: Job) -> int:
 def event_bytes(event: JobEvent) -> int:
     """An upper estimate of an event's size in a page of a job's history."""
     return _FIXED_BYTES + text_bytes(event.actor, event.reason) + _error_bytes(event.error)
+
+
+def log_line_bytes(line: JobLogLine) -> int:
+    """An upper estimate of a handler's log line in a page of a job's log."""
+    return _FIXED_BYTES + text_bytes(line.line.level, line.line.logger, line.line.message)
 
 
 def schedule_bytes(schedule: Schedule) -> int:

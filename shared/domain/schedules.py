@@ -74,6 +74,24 @@ def _second_pass_of_repeated_hour(moment: datetime, zone: ZoneInfo) -> bool:
     return first != second and moment.utcoffset() == second
 
 
+def cron_warning(cron: str) -> str:
+    """A warning for a six-field expression that reads as written seconds-first (Quartz, Spring), where
+    this service takes seconds last: its sixth field, the seconds here, is "*" or a step, which fires
+    many times in each matching minute (and is what a seconds-first reader writes for the day of the
+    week). Empty when there is nothing to say."""
+    fields = cron.split()
+    if len(fields) != 6:
+        return ""
+    seconds = fields[5]
+    if seconds not in ("*", "?") and "/" not in seconds:
+        return ""
+    return (
+        f"six fields take seconds LAST here (minute hour day month weekday second): {cron!r} fires at second "
+        f"{seconds!r} of every matching minute; for a seconds-first expression (Quartz, Spring), move the first "
+        f"field to the end, e.g. {' '.join([*fields[1:], fields[0]])!r}"
+    )
+
+
 def validate_cron(cron: str, time_zone: str, prefix: str = "") -> CronSpec:
     """Raises InvalidArgument naming `cron` or `time_zone`."""
     violations = []

@@ -1,8 +1,8 @@
-"""The handler API that job kinds are written against, the built-in kinds and the module loader."""
+"""The handler API under its first import path (the SDK, `durable_jobs`, owns it; modules written against
+`shared.handlers` keep working), the built-in kinds and the module loader."""
 
-from shared.domain.checkpoints import Checkpoint
-from shared.domain.kinds import Executor
-from shared.handlers.api import (
+from durable_jobs.declaration import JobKinds, decode_payload
+from durable_jobs.handlers import (
     CheckpointRefused,
     HandlerError,
     HandlerRegistry,
@@ -14,7 +14,8 @@ from shared.handlers.api import (
     RetryableError,
     StopSignal,
 )
-from shared.handlers.declaration import JobKinds, decode_payload
+from durable_jobs.kinds import Executor
+from durable_jobs.records import Checkpoint
 
 __all__ = [
     "Checkpoint",

@@ -7,14 +7,14 @@ import json
 import re
 from collections import Counter
 
-from shared.domain.kinds import KindPolicy
-from shared.handlers.api import (
+from durable_jobs.handlers import (
     HandlerRegistry,
     JobContext,
     OutcomeUnknownError,
     PermanentError,
     RetryableError,
 )
+from shared.domain.kinds import KindPolicy
 
 SLEEP_SECONDS_LIMIT = 24 * 3600
 SUMMARY_SENTENCES = 3

@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 
-from shared.handlers.api import HandlerRegistry
+from durable_jobs.declaration import JobKinds
+from durable_jobs.handlers import HandlerRegistry
 from shared.handlers.builtin import register_builtin_kinds
-from shared.handlers.declaration import JobKinds
 
 
 def load_registry(module_paths: Iterable[str]) -> HandlerRegistry:

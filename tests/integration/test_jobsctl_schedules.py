@@ -21,6 +21,8 @@ def test_schedules_create_list_pause_trigger_resume_delete(service_stack: Servic
     )  # fmt: skip
     assert created.code == 0, created.stderr
     assert "Europe/Berlin" in created.text and "allow" in created.text
+    # Every second, on purpose here; a seconds-first reader would have meant once a minute.
+    assert "warning: six fields take seconds LAST here" in created.stderr
 
     def fired() -> dict | None:
         shown = json.loads(jobsctl(target, "schedules", "get", "ticker", "-o", "json").text)

@@ -258,9 +258,10 @@ def test_routine_files_and_a_later_migration_each_find_what_they_need(start, req
 
     labels = migrate(url, migrations=migrations, routine_files=routine_files).labels()
 
+    probe_migration = f"{migrations[-1].version:04d}_probe_rows"  # one past the landed ones, whatever they are
     assert (
         labels.index("routines/probe_answer.sql")
-        < labels.index(f"{migrations[-1].version:04d}_probe_rows")
+        < labels.index(probe_migration)
         < labels.index("routines/probe_count.sql")
     )
     with psycopg.connect(url, autocommit=True) as conn:

@@ -104,3 +104,17 @@ def test_reflection_describes_itself_in_both_versions(service_stack: ServiceStac
         (file,) = _files(response).values()
         assert file.package == f"grpc.reflection.{version}"
         assert file.service[0].method[0].input_type == f".grpc.reflection.{version}.ServerReflectionRequest"
+
+
+def test_reflection_serves_the_error_details_so_that_clients_decode_them(service_stack: ServiceStack) -> None:
+    """grpcurl resolves a status's details (google.protobuf.Any) by their type names through reflection."""
+    service_stack.start_api()
+    channel = service_stack.channel()
+    symbols = ["google.rpc.Status", "google.rpc.ErrorInfo", "google.rpc.BadRequest", "google.rpc.RetryInfo"]
+    answers = _ask(channel, "v1", [reflection_pb2.ServerReflectionRequest(file_containing_symbol=s) for s in symbols])
+    status_files, *detail_files = (_files(answer) for answer in answers)
+    assert set(status_files) == {"google/rpc/status.proto", "google/protobuf/any.proto"}
+    for files in detail_files:
+        assert set(files) == {"google/rpc/error_details.proto", "google/protobuf/duration.proto"}
+    details = detail_files[0]["google/rpc/error_details.proto"]
+    assert {"ErrorInfo", "BadRequest", "RetryInfo"} <= {message.name for message in details.message_type}

@@ -44,6 +44,7 @@ ALLOWED = {
     "CancelJob": REFUSALS,
     "RetryJob": REFUSALS,
     "ListJobEvents": REFUSALS,
+    "ListJobLogs": REFUSALS,
     # The storm's own submissions name resource keys too: those have a version, not yet a result.
     "GetLatestResult": REFUSALS | {C.FAILED_PRECONDITION},
     "ListJobs": REFUSALS | {C.OK},
@@ -55,6 +56,8 @@ ALLOWED = {
     "ReleaseJob": REFUSALS | {C.FAILED_PRECONDITION},
     "FailJobs": REFUSALS | {C.OK},
     "ReleaseJobs": REFUSALS | {C.OK},
+    # Lines of a lease that is not held are refused as an outcome, not an error.
+    "AppendJobLogs": REFUSALS | {C.OK},
     "Check": REFUSALS | {C.OK},
 }
 LEAKS = re.compile(
@@ -298,6 +301,16 @@ def test_hostile_requests_get_clean_refusals_and_change_nothing_accepted(service
         job("ListJobEvents"),
     )
     hypothesis_run(
+        st.builds(
+            jobs_pb2.ListJobLogsRequest,
+            job_id=ids,
+            attempt=int32,
+            page_size=int32,
+            page_token=st.one_of(text, tampered_tokens(genuine_token)),
+        ),
+        job("ListJobLogs"),
+    )
+    hypothesis_run(
         st.builds(jobs_pb2.GetLatestResultRequest, resource_key=st.one_of(st.just("doc"), text, printable)),
         job("GetLatestResult"),
     )
@@ -341,6 +354,20 @@ def test_hostile_requests_get_clean_refusals_and_change_nothing_accepted(service
         work("ReleaseJob"),
     )
 
+    lines = st.lists(
+        st.builds(
+            jobs_pb2.JobLogLine, sequence=int32, level=st.one_of(text, st.just("INFO")), logger=text, message=text
+        ),
+        max_size=3,
+    )
+    attempt_logs = st.builds(
+        worker_pb2.AttemptLog, job_id=ids, fencing_token=st.integers(-(2**63), 2**63 - 1), lines=lines
+    )
+    hypothesis_run(
+        st.lists(attempt_logs, max_size=3).map(lambda logs: worker_pb2.AppendJobLogsRequest(logs=logs)),
+        work("AppendJobLogs"),
+    )
+
     # Raw frames: bytes that are not a valid message of the method's type (or are, by chance).
     frames = st.one_of(
         st.binary(max_size=64),
@@ -355,11 +382,21 @@ def test_hostile_requests_get_clean_refusals_and_change_nothing_accepted(service
         "RetryJob",
         "ListJobs",
         "ListJobEvents",
+        "ListJobLogs",
         "GetLatestResult",
     ):
         hypothesis_run(frames, job(method), RAW_FRAMES_PER_METHOD)
     hypothesis_run(frames, job("WatchJob", stream=True), RAW_FRAMES_PER_METHOD)
-    for method in ("Heartbeat", "CompleteJob", "CompleteJobs", "FailJob", "ReleaseJob", "FailJobs", "ReleaseJobs"):
+    for method in (
+        "Heartbeat",
+        "CompleteJob",
+        "CompleteJobs",
+        "FailJob",
+        "ReleaseJob",
+        "FailJobs",
+        "ReleaseJobs",
+        "AppendJobLogs",
+    ):
         hypothesis_run(frames, work(method), RAW_FRAMES_PER_METHOD)
     hypothesis_run(frames, lambda r: storm.call("grpc.health.v1.Health", "Check", r, None), RAW_FRAMES_PER_METHOD)
 

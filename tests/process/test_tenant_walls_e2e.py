@@ -47,6 +47,7 @@ def _by_job_id(client: TenantClient, job_id: str) -> dict[str, object]:
             S.RetryJobRequest(job_id=job_id, accept_duplicate_risk=True), metadata=md, timeout=10
         ),
         "ListJobEvents": lambda: stub.ListJobEvents(S.ListJobEventsRequest(job_id=job_id), metadata=md, timeout=10),
+        "ListJobLogs": lambda: stub.ListJobLogs(S.ListJobLogsRequest(job_id=job_id), metadata=md, timeout=10),
     }
 
 

@@ -151,17 +151,22 @@ def test_the_install_step_yields_importable_entry_points(tmp_path: Path) -> None
                 shutil.copy2(path, context / relative)
     wheels = tmp_path / "wheels"
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", str(wheels), "."],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", str(wheels),
+         ".", "./sdk/python"],
         cwd=context, capture_output=True, text=True, timeout=100, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    (wheel,) = wheels.glob("*.whl")
     installed = tmp_path / "site"
-    with zipfile.ZipFile(wheel) as archive:
-        names = set(archive.namelist())
-        archive.extractall(installed)
+    names: set[str] = set()
+    for wheel in wheels.glob("*.whl"):
+        with zipfile.ZipFile(wheel) as archive:
+            names |= set(archive.namelist())
+            archive.extractall(installed)
     assert {"shared/storage/migrations/0001_jobs.sql", "shared/storage/sql/jobs.sql", "jobs/v1/jobs.proto"} <= names
-    probe = "; ".join(f"import {m}; assert {m}.__file__.startswith({str(installed)!r})" for m in ENTRY_MODULES)
+    assert {"durable_jobs/py.typed", "durable_jobs/_proto/jobs/v1/jobs_pb2.pyi"} <= names
+    probe = "; ".join(
+        f"import {m}; assert {m}.__file__.startswith({str(installed)!r})" for m in (*ENTRY_MODULES, "durable_jobs")
+    )
     ran = subprocess.run(
         [sys.executable, "-c", probe + "; from shared.storage.migrator import available_migrations as m; assert m()"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(installed)},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -9,15 +10,18 @@ import shlex
 import sys
 import time
 import uuid
+from concurrent import futures
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import grpc
 import pytest
 from google.protobuf import any_pb2, duration_pb2, timestamp_pb2
 from google.rpc import error_details_pb2, status_pb2
 
+from durable_jobs import Client
+from durable_jobs.errors import NotFound, Unavailable
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc
 from jobsctl.__main__ import main
 from jobsctl.admin_commands import ADMIN_COMMANDS
@@ -133,32 +137,18 @@ def _call(fake: object, token: str, timeout: float) -> Call:
     return Call(cast(jobs_pb2_grpc.JobServiceStub, fake), token, timeout)
 
 
-class _ResultStub:
-    """WatchJob and GetJobResult of a job that is already SUCCEEDED; records each call's timeout."""
-
-    def __init__(self) -> None:
-        self.timeouts: dict[str, float | None] = {}
-
-    def WatchJob(self, request, timeout, metadata):  # noqa: N802 - the generated stub's name
-        self.timeouts["WatchJob"] = timeout
-        return _Stream([_state(jobs_pb2.JOB_STATE_SUCCEEDED, 3)])
-
-    def GetJobResult(self, request, timeout, metadata):  # noqa: N802
-        self.timeouts["GetJobResult"] = timeout
-        return jobs_pb2.JobResult(job_id=request.job_id, payload=b"done")
-
-
 @pytest.mark.parametrize(("argv", "watch_timeout"), [((), None), (("--timeout", "20"), 20.0)])
 def test_result_wait_waits_until_the_job_settles_unless_a_timeout_is_given(argv, watch_timeout) -> None:
-    stub = _ResultStub()
-    args = _parse("result", "--wait", "j", *argv)
-    console, _, out_bytes, _ = _console()
-    call = _call(stub, "token", args.timeout or TIMEOUT_SECONDS_DEFAULT)
-    assert COMMANDS["result"](call, args, console) == 0
+    service = _ScriptedJobService([([_state(jobs_pb2.JOB_STATE_SUCCEEDED, 3)], None)])
+    with service.client() as client:
+        args = _parse("result", "--wait", "j", *argv)
+        console, _, out_bytes, _ = _console()
+        timeout = args.timeout or TIMEOUT_SECONDS_DEFAULT
+        call = Call(jobs_pb2_grpc.JobServiceStub(client.channel), "token", timeout, None, client)
+        assert COMMANDS["result"](call, args, console) == 0
     assert out_bytes.getvalue() == b"done"
-    watched = stub.timeouts["WatchJob"]
+    (watched,) = service.watch_deadlines
     assert watched is None if watch_timeout is None else watched is not None and 0 < watched <= watch_timeout
-    assert stub.timeouts["GetJobResult"] == (watch_timeout or TIMEOUT_SECONDS_DEFAULT)
 
 
 def _batch_file(*lines: str) -> io.BytesIO:
@@ -339,6 +329,13 @@ def test_job_text_names_state_without_prefix_and_skips_empty_optional_fields() -
     assert "resource" not in lines and "last_error" not in lines and "cancel_requested" not in lines
 
 
+def test_job_text_says_why_a_due_job_waits_and_for_which_key() -> None:
+    waiting = _job(waiting_reason="limit_running", waiting_for_key="provider:openai")
+    lines = dict(line.split(None, 1) for line in job_text(waiting).splitlines())
+    assert lines["waiting_reason"] == "limit_running (provider:openai)"
+    assert "waiting_reason" not in job_text(_job())
+
+
 def test_job_text_shows_the_last_error_with_its_category() -> None:
     job = _job(last_error=jobs_pb2.JobError(category=jobs_pb2.ERROR_CATEGORY_RETRYABLE, message="boom"))
     assert "last_error     RETRYABLE: boom" in job_text(job).splitlines()
@@ -509,62 +506,84 @@ def test_events_table_has_one_row_per_transition() -> None:
     assert lines[2].split() == ["2", "-", "PENDING", "RUNNING", "1", "7", "worker:w1", "claimed"]
 
 
-class _Stream:
-    """A WatchJob call: yields its jobs, then raises `error` if given."""
-
-    def __init__(self, jobs: list[jobs_pb2.Job], error: grpc.RpcError | None = None) -> None:
-        self._jobs, self._error = jobs, error
-        self.cancelled = False
-
-    def __iter__(self):
-        yield from self._jobs
-        if self._error is not None:
-            raise self._error
-
-    def cancel(self) -> None:
-        self.cancelled = True
+NO_DEADLINE_SECONDS = 365 * 24 * 3600.0
 
 
-class _WatchStub:
-    def __init__(self, streams: list[_Stream]) -> None:
-        self._streams = streams
-        self.requests: list[jobs_pb2.WatchJobRequest] = []
+class _ScriptedJobService:
+    """A JobService on loopback whose WatchJob streams are scripted: each call sends the next script's
+    jobs, then ends with its status code (None: ends cleanly). GetJobResult answers b"done". It records
+    each WatchJob's after_sequence and deadline (None: no deadline)."""
 
-    def WatchJob(self, request, timeout, metadata):  # noqa: N802 - the generated stub's name
-        self.requests.append(request)
-        return self._streams.pop(0)
+    def __init__(self, scripts: list[tuple[list[jobs_pb2.Job], grpc.StatusCode | None]]) -> None:
+        self._scripts = scripts
+        self.after_sequences: list[int] = []
+        self.watch_deadlines: list[float | None] = []
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+            "WatchJob": grpc.unary_stream_rpc_method_handler(
+                self._watch,
+                request_deserializer=jobs_pb2.WatchJobRequest.FromString,
+                response_serializer=jobs_pb2.Job.SerializeToString,
+            ),
+            "GetJobResult": grpc.unary_unary_rpc_method_handler(
+                lambda request, context: jobs_pb2.JobResult(job_id=request.job_id, payload=b"done"),
+                request_deserializer=jobs_pb2.GetJobResultRequest.FromString,
+                response_serializer=jobs_pb2.JobResult.SerializeToString,
+            ),
+        }
+        self._server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("jobs.v1.JobService", handlers)])
+        self.target = f"127.0.0.1:{self._server.add_insecure_port('127.0.0.1:0')}"
+        self._server.start()
+
+    def _watch(self, request: jobs_pb2.WatchJobRequest, context: grpc.ServicerContext):
+        self.after_sequences.append(request.after_sequence)
+        # gRPC says "no deadline" as an absurdly distant one.
+        remaining = context.time_remaining()
+        self.watch_deadlines.append(None if remaining is None or remaining > NO_DEADLINE_SECONDS else remaining)
+        jobs, code = self._scripts.pop(0)
+        yield from jobs
+        if code is not None:
+            context.abort(code, "scripted")
+
+    @contextlib.contextmanager
+    def client(self):
+        try:
+            with Client(self.target, "token", timeout=5) as client:
+                yield client
+        finally:
+            self._server.stop(grace=None)
 
 
 def _state(state: jobs_pb2.JobState, sequence: int) -> jobs_pb2.Job:
     return jobs_pb2.Job(job_id="j", state=state, sequence=sequence)
 
 
-def test_follow_resumes_after_a_dropped_stream_from_the_last_sequence(monkeypatch) -> None:
-    monkeypatch.setattr("jobsctl.watch.RESUME_BACKOFF_SECONDS", (0,) * 5)
-    dropped = _Stream(
-        [_state(jobs_pb2.JOB_STATE_PENDING, 1), _state(jobs_pb2.JOB_STATE_RUNNING, 2)],
-        _FakeRpcError(grpc.StatusCode.UNAVAILABLE, "server restarting"),
+def test_follow_resumes_after_a_dropped_stream_from_the_last_sequence() -> None:
+    pending, running = _state(jobs_pb2.JOB_STATE_PENDING, 1), _state(jobs_pb2.JOB_STATE_RUNNING, 2)
+    service = _ScriptedJobService(
+        [([pending, running], grpc.StatusCode.UNAVAILABLE), ([_state(jobs_pb2.JOB_STATE_SUCCEEDED, 3)], None)]
     )
-    stub = _WatchStub([dropped, _Stream([_state(jobs_pb2.JOB_STATE_SUCCEEDED, 3)])])
-    seen = [job.sequence for job in follow(stub, "j", ())]
-    assert seen == [1, 2, 3]
-    assert [r.after_sequence for r in stub.requests] == [0, 2]
-    assert dropped.cancelled
+    with service.client() as client:
+        assert [job.sequence for job in follow(client, "j")] == [1, 2, 3]
+    assert service.after_sequences == [0, 2]
 
 
-def test_follow_stops_at_outcome_unknown_and_does_not_retry_a_refusal(monkeypatch) -> None:
-    stub = _WatchStub([_Stream([_state(jobs_pb2.JOB_STATE_OUTCOME_UNKNOWN, 4), _state(jobs_pb2.JOB_STATE_PENDING, 5)])])
-    assert [job.sequence for job in follow(stub, "j", ())] == [4]
-    refused = _WatchStub([_Stream([], _FakeRpcError(grpc.StatusCode.NOT_FOUND, "no such job"))])
-    with pytest.raises(grpc.RpcError):
-        list(follow(refused, "j", ()))
+def test_follow_stops_at_outcome_unknown_and_does_not_retry_a_refusal() -> None:
+    unknown, later = _state(jobs_pb2.JOB_STATE_OUTCOME_UNKNOWN, 4), _state(jobs_pb2.JOB_STATE_PENDING, 5)
+    service = _ScriptedJobService([([unknown, later], None), ([], grpc.StatusCode.NOT_FOUND)])
+    with service.client() as client:
+        assert [job.sequence for job in follow(client, "j")] == [4]
+        with pytest.raises(NotFound):
+            list(follow(client, "j"))
+    assert service.after_sequences == [0, 0]
 
 
-def test_follow_gives_up_after_repeated_failures(monkeypatch) -> None:
-    monkeypatch.setattr("jobsctl.watch.RESUME_BACKOFF_SECONDS", (0,) * 5)
-    down = [_Stream([], _FakeRpcError(grpc.StatusCode.UNAVAILABLE, "down")) for _ in range(6)]
-    with pytest.raises(grpc.RpcError):
-        list(follow(_WatchStub(down), "j", ()))
+def test_follow_gives_up_after_failing_for_the_resume_window(monkeypatch) -> None:
+    monkeypatch.setattr("durable_jobs.client.WATCH_RESUME_SECONDS_MAX", 1.0)
+    service = _ScriptedJobService([([], grpc.StatusCode.UNAVAILABLE) for _ in range(50)])
+    with service.client() as client, pytest.raises(Unavailable):
+        list(follow(client, "j"))
+    assert 2 <= len(service.after_sequences) < 50, "resumed, then gave up"
 
 
 def test_each_settled_state_has_its_exit_code() -> None:

@@ -17,6 +17,7 @@ from shared.domain.schedules import (
     JobTemplate,
     OverlapPolicy,
     Schedule,
+    cron_warning,
     fire_idempotency_key,
     plan_fire_step,
     template_from_job,
@@ -132,3 +133,21 @@ def test_a_fire_key_is_stable_and_tells_fires_apart():
     assert fire_idempotency_key(uid, NOW) == fire_idempotency_key(uid, NOW.astimezone(NEW_YORK))
     assert fire_idempotency_key(uid, NOW) != fire_idempotency_key(uid, NOW + timedelta(seconds=1))
     assert fire_idempotency_key(uid, NOW) != fire_idempotency_key(uid, NOW, manual=True)
+
+
+@pytest.mark.parametrize(
+    ("cron", "warned"),
+    [
+        ("*/10 * * * * *", True),  # Quartz's "every 10 s": here every second of every tenth minute
+        ("0 */5 * * * *", True),
+        ("0 3 * * * */15", True),
+        ("0 3 * * * 30", False),
+        ("*/10 * * * *", False),
+        ("0 3 * * *", False),
+    ],
+)
+def test_a_six_field_expression_that_reads_seconds_first_is_warned_about(cron: str, warned: bool) -> None:
+    warning = cron_warning(cron)
+    assert bool(warning) is warned
+    if warned:
+        assert "seconds LAST" in warning and repr(" ".join([*cron.split()[1:], cron.split()[0]])) in warning

@@ -356,6 +356,44 @@ class ListJobEventsRequest(_message.Message):
     page_token: str
     def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
+class ListJobLogsRequest(_message.Message):
+    __slots__ = ("job_id", "attempt", "page_size", "page_token")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    attempt: int
+    page_size: int
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class JobLogLine(_message.Message):
+    __slots__ = ("attempt", "fencing_token", "sequence", "at", "level", "logger", "message")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    LOGGER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    fencing_token: int
+    sequence: int
+    at: _timestamp_pb2.Timestamp
+    level: str
+    logger: str
+    message: str
+    def __init__(self, attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., sequence: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., level: _Optional[str] = ..., logger: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ListJobLogsResponse(_message.Message):
+    __slots__ = ("lines", "next_page_token")
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    lines: _containers.RepeatedCompositeFieldContainer[JobLogLine]
+    next_page_token: str
+    def __init__(self, lines: _Optional[_Iterable[_Union[JobLogLine, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class JobEvent(_message.Message):
     __slots__ = ("job_id", "sequence", "from_state", "to_state", "attempt", "fencing_token", "actor", "reason", "at", "error")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -513,7 +551,7 @@ class CreateScheduleRequest(_message.Message):
     def __init__(self, schedule_id: _Optional[str] = ..., job: _Optional[_Union[SubmitJobRequest, _Mapping]] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., overlap_policy: _Optional[_Union[ScheduleOverlapPolicy, str]] = ..., catchup_window_seconds: _Optional[int] = ..., paused: _Optional[bool] = ..., note: _Optional[str] = ...) -> None: ...
 
 class Schedule(_message.Message):
-    __slots__ = ("schedule_id", "job", "cron", "time_zone", "overlap_policy", "catchup_window_seconds", "paused", "note", "next_fire_at", "buffered_fire_at", "last_fire_at", "last_job_id", "fires_submitted", "fires_missed", "fires_skipped", "last_error", "created_at")
+    __slots__ = ("schedule_id", "job", "cron", "time_zone", "overlap_policy", "catchup_window_seconds", "paused", "note", "next_fire_at", "buffered_fire_at", "last_fire_at", "last_job_id", "fires_submitted", "fires_missed", "fires_skipped", "last_error", "created_at", "cron_warning")
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     CRON_FIELD_NUMBER: _ClassVar[int]
@@ -531,6 +569,7 @@ class Schedule(_message.Message):
     FIRES_SKIPPED_FIELD_NUMBER: _ClassVar[int]
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    CRON_WARNING_FIELD_NUMBER: _ClassVar[int]
     schedule_id: str
     job: SubmitJobRequest
     cron: str
@@ -548,7 +587,8 @@ class Schedule(_message.Message):
     fires_skipped: int
     last_error: str
     created_at: _timestamp_pb2.Timestamp
-    def __init__(self, schedule_id: _Optional[str] = ..., job: _Optional[_Union[SubmitJobRequest, _Mapping]] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., overlap_policy: _Optional[_Union[ScheduleOverlapPolicy, str]] = ..., catchup_window_seconds: _Optional[int] = ..., paused: _Optional[bool] = ..., note: _Optional[str] = ..., next_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., buffered_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_job_id: _Optional[str] = ..., fires_submitted: _Optional[int] = ..., fires_missed: _Optional[int] = ..., fires_skipped: _Optional[int] = ..., last_error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    cron_warning: str
+    def __init__(self, schedule_id: _Optional[str] = ..., job: _Optional[_Union[SubmitJobRequest, _Mapping]] = ..., cron: _Optional[str] = ..., time_zone: _Optional[str] = ..., overlap_policy: _Optional[_Union[ScheduleOverlapPolicy, str]] = ..., catchup_window_seconds: _Optional[int] = ..., paused: _Optional[bool] = ..., note: _Optional[str] = ..., next_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., buffered_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_fire_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_job_id: _Optional[str] = ..., fires_submitted: _Optional[int] = ..., fires_missed: _Optional[int] = ..., fires_skipped: _Optional[int] = ..., last_error: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cron_warning: _Optional[str] = ...) -> None: ...
 
 class GetScheduleRequest(_message.Message):
     __slots__ = ("schedule_id",)

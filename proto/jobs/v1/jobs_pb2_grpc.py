@@ -87,6 +87,11 @@ class JobServiceStub:
                 request_serializer=jobs_dot_v1_dot_jobs__pb2.ListJobEventsRequest.SerializeToString,
                 response_deserializer=jobs_dot_v1_dot_jobs__pb2.ListJobEventsResponse.FromString,
                 _registered_method=True)
+        self.ListJobLogs = channel.unary_unary(
+                '/jobs.v1.JobService/ListJobLogs',
+                request_serializer=jobs_dot_v1_dot_jobs__pb2.ListJobLogsRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_jobs__pb2.ListJobLogsResponse.FromString,
+                _registered_method=True)
         self.DeleteResource = channel.unary_unary(
                 '/jobs.v1.JobService/DeleteResource',
                 request_serializer=jobs_dot_v1_dot_jobs__pb2.DeleteResourceRequest.SerializeToString,
@@ -225,6 +230,14 @@ class JobServiceServicer:
 
     def ListJobEvents(self, request, context):
         """The job's recorded transitions, oldest first, paginated with page_token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListJobLogs(self, request, context):
+        """What the job's handlers logged, attempt by attempt, oldest first, paginated with page_token. Kept
+        with the job, bounded per attempt, deleted with it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -369,6 +382,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ListJobEvents,
                     request_deserializer=jobs_dot_v1_dot_jobs__pb2.ListJobEventsRequest.FromString,
                     response_serializer=jobs_dot_v1_dot_jobs__pb2.ListJobEventsResponse.SerializeToString,
+            ),
+            'ListJobLogs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobLogs,
+                    request_deserializer=jobs_dot_v1_dot_jobs__pb2.ListJobLogsRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_jobs__pb2.ListJobLogsResponse.SerializeToString,
             ),
             'DeleteResource': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteResource,
@@ -699,6 +717,33 @@ class JobService:
             '/jobs.v1.JobService/ListJobEvents',
             jobs_dot_v1_dot_jobs__pb2.ListJobEventsRequest.SerializeToString,
             jobs_dot_v1_dot_jobs__pb2.ListJobEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.JobService/ListJobLogs',
+            jobs_dot_v1_dot_jobs__pb2.ListJobLogsRequest.SerializeToString,
+            jobs_dot_v1_dot_jobs__pb2.ListJobLogsResponse.FromString,
             options,
             channel_credentials,
             insecure,

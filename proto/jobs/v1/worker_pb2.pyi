@@ -247,6 +247,36 @@ class ReportProgressResponse(_message.Message):
     outcomes: _containers.RepeatedCompositeFieldContainer[ProgressOutcome]
     def __init__(self, outcomes: _Optional[_Iterable[_Union[ProgressOutcome, _Mapping]]] = ...) -> None: ...
 
+class AttemptLog(_message.Message):
+    __slots__ = ("job_id", "fencing_token", "lines")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    fencing_token: int
+    lines: _containers.RepeatedCompositeFieldContainer[_jobs_pb2.JobLogLine]
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., lines: _Optional[_Iterable[_Union[_jobs_pb2.JobLogLine, _Mapping]]] = ...) -> None: ...
+
+class AppendJobLogsRequest(_message.Message):
+    __slots__ = ("logs",)
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    logs: _containers.RepeatedCompositeFieldContainer[AttemptLog]
+    def __init__(self, logs: _Optional[_Iterable[_Union[AttemptLog, _Mapping]]] = ...) -> None: ...
+
+class AppendJobLogsOutcome(_message.Message):
+    __slots__ = ("job_id", "outcome")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    outcome: ReportOutcome
+    def __init__(self, job_id: _Optional[str] = ..., outcome: _Optional[_Union[ReportOutcome, str]] = ...) -> None: ...
+
+class AppendJobLogsResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[AppendJobLogsOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[AppendJobLogsOutcome, _Mapping]]] = ...) -> None: ...
+
 class GetDependencyResultsRequest(_message.Message):
     __slots__ = ("job_id", "fencing_token", "after_job_id")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

@@ -83,6 +83,11 @@ class WorkerServiceStub:
                 request_serializer=jobs_dot_v1_dot_worker__pb2.ReportProgressRequest.SerializeToString,
                 response_deserializer=jobs_dot_v1_dot_worker__pb2.ReportProgressResponse.FromString,
                 _registered_method=True)
+        self.AppendJobLogs = channel.unary_unary(
+                '/jobs.v1.WorkerService/AppendJobLogs',
+                request_serializer=jobs_dot_v1_dot_worker__pb2.AppendJobLogsRequest.SerializeToString,
+                response_deserializer=jobs_dot_v1_dot_worker__pb2.AppendJobLogsResponse.FromString,
+                _registered_method=True)
         self.GetDependencyResults = channel.unary_unary(
                 '/jobs.v1.WorkerService/GetDependencyResults',
                 request_serializer=jobs_dot_v1_dot_worker__pb2.GetDependencyResultsRequest.SerializeToString,
@@ -165,6 +170,14 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendJobLogs(self, request, context):
+        """Keeps what running attempts' handlers logged, each attempt's lines fenced by its lease, bounded per
+        lease (ListJobLogs reads them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetDependencyResults(self, request, context):
         """The stored results of the jobs a running job depends on, for its current lease holder only
         (checked in the SQL statement that reads), paged by size.
@@ -220,6 +233,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.ReportProgress,
                     request_deserializer=jobs_dot_v1_dot_worker__pb2.ReportProgressRequest.FromString,
                     response_serializer=jobs_dot_v1_dot_worker__pb2.ReportProgressResponse.SerializeToString,
+            ),
+            'AppendJobLogs': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendJobLogs,
+                    request_deserializer=jobs_dot_v1_dot_worker__pb2.AppendJobLogsRequest.FromString,
+                    response_serializer=jobs_dot_v1_dot_worker__pb2.AppendJobLogsResponse.SerializeToString,
             ),
             'GetDependencyResults': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDependencyResults,
@@ -474,6 +492,33 @@ class WorkerService:
             '/jobs.v1.WorkerService/ReportProgress',
             jobs_dot_v1_dot_worker__pb2.ReportProgressRequest.SerializeToString,
             jobs_dot_v1_dot_worker__pb2.ReportProgressResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendJobLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/jobs.v1.WorkerService/AppendJobLogs',
+            jobs_dot_v1_dot_worker__pb2.AppendJobLogsRequest.SerializeToString,
+            jobs_dot_v1_dot_worker__pb2.AppendJobLogsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from shared.handlers import JobContext, JobKinds, PermanentError
+from durable_jobs import JobContext, JobKinds, PermanentError
 
 kinds = JobKinds()
 

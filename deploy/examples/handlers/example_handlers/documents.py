@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.handlers import JobContext, JobKinds, PermanentError
+from durable_jobs import JobContext, JobKinds, PermanentError
 
 kinds = JobKinds()
 EMBEDDING_DIMENSIONS = 8

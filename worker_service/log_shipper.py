@@ -1,0 +1,115 @@
+"""Ships what handlers log to the API, so that it is kept with the attempt: lines gather per lease and go
+in one AppendJobLogs call per interval for every running job, and an attempt's last lines go before its
+report. A handler may log as much as it likes: past the per-attempt bound lines are only counted, and
+one closing line says how many were not kept."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+from durable_jobs.logs import BoundedLog, LogLine
+from shared.domain.ids import JobId
+from shared.domain.job_logs import LOG_LINES_PER_CALL_MAX, AttemptLog
+from shared.domain.jobs import LeaseRef
+from worker_service.api_client import ApiClient, ApiUnreachable
+
+log = logging.getLogger(__name__)
+# Lines are kept on a best-effort basis: a call that cannot get through soon is dropped, so that a
+# worker cut off from the API does not pile up memory (the attempt's outcome is reported regardless).
+SEND_DEADLINE_SECONDS = 5.0
+
+
+class LeaseLog:
+    """One attempt's sink (durable_jobs.logs.LogSink): numbers its lines and counts them against the bound."""
+
+    def __init__(self, shipper: LogShipper, lease: LeaseRef) -> None:
+        self._shipper = shipper
+        self._lease = lease
+        self._bound = BoundedLog()
+        self._lock = threading.Lock()
+        self._sequence = 0
+
+    def write(self, line: LogLine) -> None:
+        if self._bound.admit():
+            self._put(line)
+
+    def close(self) -> None:
+        """The attempt has ended: says how many lines were not kept, if any."""
+        closing = self._bound.closing_line()
+        if closing is not None:
+            self._put(closing)
+
+    def _put(self, line: LogLine) -> None:
+        with self._lock:
+            self._sequence += 1
+            sequence = self._sequence
+        self._shipper.put(self._lease, sequence, line)
+
+
+class LogShipper:
+    def __init__(self, api: ApiClient, *, interval_seconds: float) -> None:
+        self._api = api
+        self._interval = interval_seconds
+        # Written from handlers' threads as well as the loop.
+        self._lock = threading.Lock()
+        self._pending: dict[JobId, tuple[LeaseRef, list[tuple[int, LogLine]]]] = {}
+        self._ready = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def sink(self, lease: LeaseRef) -> LeaseLog:
+        return LeaseLog(self, lease)
+
+    def put(self, lease: LeaseRef, sequence: int, line: LogLine) -> None:
+        """From any thread: adds the line to the lease's unsent ones."""
+        with self._lock:
+            self._pending.setdefault(lease.job_id, (lease, []))[1].append((sequence, line))
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._ready.set)
+        else:  # not running yet: run() looks at what is pending first
+            self._ready.set()
+
+    async def run(self) -> None:
+        """Sends what is pending, then waits out the interval; cancelled at shutdown."""
+        self._loop = asyncio.get_running_loop()
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            with self._lock:
+                batch, self._pending = list(self._pending.values()), {}
+            await self._send(batch)
+            await asyncio.sleep(self._interval)
+
+    async def flush(self, job_id: JobId) -> None:
+        """Sends the job's unsent lines now: the attempt is about to end, and its last words must land."""
+        with self._lock:
+            pending = self._pending.pop(job_id, None)
+        if pending is not None:
+            await self._send([pending])
+
+    def forget(self, job_id: JobId) -> None:
+        with self._lock:
+            self._pending.pop(job_id, None)
+
+    async def _send(self, batch: list[tuple[LeaseRef, list[tuple[int, LogLine]]]]) -> None:
+        chunk: list[AttemptLog] = []
+        size = 0
+        for lease, lines in batch:
+            for start in range(0, len(lines), LOG_LINES_PER_CALL_MAX):
+                part = lines[start : start + LOG_LINES_PER_CALL_MAX]
+                if size + len(part) > LOG_LINES_PER_CALL_MAX or any(c.job_id == lease.job_id for c in chunk):
+                    await self._send_one(chunk)
+                    chunk, size = [], 0
+                chunk.append(AttemptLog(lease, tuple(part)))
+                size += len(part)
+        await self._send_one(chunk)
+
+    async def _send_one(self, chunk: list[AttemptLog]) -> None:
+        if not chunk:
+            return
+        try:
+            await self._api.append_logs(chunk, deadline=time.monotonic() + SEND_DEADLINE_SECONDS)
+        except ApiUnreachable as exc:
+            log.debug("log lines of %d jobs dropped: %s", len(chunk), exc)
