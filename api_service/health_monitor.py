@@ -16,25 +16,47 @@ READINESS_SERVICES = ("", "jobs.v1.JobService", "jobs.v1.WorkerService")
 LIVENESS_SERVICE = "liveness"
 
 
+async def not_serving_yet(servicer: health.aio.HealthServicer) -> None:
+    """Readiness before the first check: grpc's servicer starts the server's overall status ("") as
+    SERVING, which a probe could read before the database was ever asked."""
+    for service in READINESS_SERVICES:
+        await servicer.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+
 class HealthMonitor:
-    def __init__(self, servicer: health.aio.HealthServicer, db: Database, interval_seconds: float) -> None:
+    def __init__(
+        self,
+        servicer: health.aio.HealthServicer,
+        db: Database,
+        interval_seconds: float,
+        *,
+        started: asyncio.Event | None = None,
+    ) -> None:
+        """Readiness also waits for `started` (the built-in kinds published): before, a submission of
+        them would be refused as an unknown kind."""
         self._servicer = servicer
         self._db = db
         self._interval = interval_seconds
+        self._started = started
         self._serving: bool | None = None
 
     async def run(self) -> None:
         """Pings forever; cancelled at shutdown."""
         await self._servicer.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         while True:
-            await self._set(await self._db.ping(timeout_seconds=self._interval * 2))
+            if not await self._db.ping(timeout_seconds=self._interval * 2):
+                await self._set(False, logging.WARNING, "database unreachable")
+            elif self._started is not None and not self._started.is_set():
+                await self._set(False, logging.INFO, "database reachable; the built-in job kinds not published yet")
+            else:
+                await self._set(True, logging.INFO, "database reachable")
             await asyncio.sleep(self._interval)
 
-    async def _set(self, serving: bool) -> None:
+    async def _set(self, serving: bool, level: int, why: str) -> None:
         if serving == self._serving:
             return
         self._serving = serving
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         for service in READINESS_SERVICES:
             await self._servicer.set(service, status)
-        log.log(logging.INFO if serving else logging.WARNING, "database %s", "reachable" if serving else "unreachable")
+        log.log(level, "%s", why)

@@ -117,7 +117,8 @@ class JobChangeHub:
         delay = 0.5
         while True:
             try:
-                async for channel, payload in listen(database_url, CHANGED_CHANNEL):
+                watch = self._db.watch if self._db is not None else None
+                async for channel, payload in listen(database_url, CHANGED_CHANNEL, watch=watch):
                     if (channel, payload) == LISTENING:
                         delay = 0.5
                         self._wake_all()

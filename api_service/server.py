@@ -13,7 +13,7 @@ from prometheus_client import start_http_server
 
 from api_service.admin_servicer import AdminServicer
 from api_service.console.server import ConsoleServer
-from api_service.health_monitor import HealthMonitor
+from api_service.health_monitor import HealthMonitor, not_serving_yet
 from api_service.interceptors import ServiceInterceptor
 from api_service.job_change_hub import JobChangeHub
 from api_service.job_servicer import JobServicer
@@ -60,14 +60,15 @@ BUILTIN_PUBLISH_RETRY_SECONDS_MIN = 0.5
 BUILTIN_PUBLISH_RETRY_SECONDS_MAX = 10.0
 
 
-async def _publish_builtin_kinds(db: Database) -> None:
+async def _publish_builtin_kinds(db: Database, published: asyncio.Event) -> None:
     """Makes the built-in kinds known (a worker's publication of them stands). Retried until the
-    database answers: the API serves health, and refuses what needs the database, until then."""
+    database answers: the API serves health, NOT_SERVING, and refuses what needs the database, until then."""
     delay = BUILTIN_PUBLISH_RETRY_SECONDS_MIN
     while True:
         try:
             async with db.transaction() as conn:
                 await kind_store.publish_builtin(conn, builtin_policies())
+            published.set()
             return
         except JobsError as exc:
             log.warning("could not publish the built-in job kinds yet: %s", exc.message)
@@ -155,6 +156,7 @@ async def serve(settings: ApiSettings, stop: asyncio.Event | None = None) -> Non
     )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(AdminConfig(db), AdminJobs(db, queries)), server)
     health_servicer = health.aio.HealthServicer()
+    await not_serving_yet(health_servicer)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     ServerReflection(
         DescriptorFiles.for_api(),
@@ -196,9 +198,12 @@ async def serve(settings: ApiSettings, stop: asyncio.Event | None = None) -> Non
         await console.start()
     if stop is None:
         _reload_on_sighup(principals, tls)
+    builtin_kinds_published = asyncio.Event()
     background += [
-        asyncio.create_task(_publish_builtin_kinds(db)),
-        asyncio.create_task(HealthMonitor(health_servicer, db, settings.health_interval_seconds).run()),
+        asyncio.create_task(_publish_builtin_kinds(db, builtin_kinds_published)),
+        asyncio.create_task(
+            HealthMonitor(health_servicer, db, settings.health_interval_seconds, started=builtin_kinds_published).run()
+        ),
         asyncio.create_task(hub.run()),
     ]
     if settings.scheduler_enabled:

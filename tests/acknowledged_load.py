@@ -23,6 +23,8 @@ INDETERMINATE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
 TERMINAL = ("succeeded", "failed", "cancelled", "superseded")
 OPEN_JOBS = f"SELECT count(*) FROM jobs WHERE state::text NOT IN {TERMINAL}"
 CLIENT_TENANTS = ("acme", "globex")
+# Each attempt's gRPC deadline.
+SUBMIT_DEADLINE_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -38,12 +40,36 @@ class Ledger:
 
     acknowledged: dict[tuple[str, str], Ack] = field(default_factory=dict)  # (tenant, key) -> ack
     retries: int = 0
+    # Every indeterminate answer, each followed by a retry: (monotonic time, status code name, seconds the
+    # attempt waited for it).
+    indeterminate: list[tuple[float, str, float]] = field(default_factory=list)
     unexpected: list[tuple[str, str, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def count(self, since: float = 0.0) -> int:
         with self.lock:
             return sum(1 for ack in self.acknowledged.values() if ack.acknowledged_at >= since)
+
+    def first_acknowledged(self, since: float) -> float | None:
+        """When the first submission was acknowledged at or after `since`, if one was."""
+        with self.lock:
+            return min(
+                (a.acknowledged_at for a in self.acknowledged.values() if a.acknowledged_at >= since), default=None
+            )
+
+    def indeterminate_codes(self, start: float, end: float) -> dict[str, int]:
+        """The indeterminate answers given between `start` and `end`, counted by status code."""
+        with self.lock:
+            counts: dict[str, int] = {}
+            for at, code, _ in self.indeterminate:
+                if start <= at < end:
+                    counts[code] = counts.get(code, 0) + 1
+            return counts
+
+    def indeterminate_waits(self, start: float, end: float) -> list[float]:
+        """How long each attempt answered indeterminately between `start` and `end` waited, sorted."""
+        with self.lock:
+            return sorted(waited for at, _, waited in self.indeterminate if start <= at < end)
 
 
 def create_service_logins(owner_url: str) -> None:
@@ -75,15 +101,18 @@ def client_loop(
         # Once sent, a key is never abandoned: an indeterminate answer is resubmitted until it is
         # definite, even after the test asked the clients to stop.
         while True:
+            sent = time.monotonic()
             try:
-                response = client.stub.SubmitJob(request, metadata=client.metadata, timeout=5)
+                response = client.stub.SubmitJob(request, metadata=client.metadata, timeout=SUBMIT_DEADLINE_SECONDS)
             except grpc.RpcError as error:
                 if error.code() not in INDETERMINATE:
                     with ledger.lock:
                         ledger.unexpected.append((key, error.code().name, error.details() or ""))
                     break
+                answered = time.monotonic()
                 with ledger.lock:
                     ledger.retries += 1
+                    ledger.indeterminate.append((answered, error.code().name, answered - sent))
                 time.sleep(delay * random.uniform(0.5, 1.0))  # backoff between retries of one key
                 delay = min(delay * 2, 1.0)
                 continue

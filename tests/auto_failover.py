@@ -22,6 +22,8 @@ from pathlib import Path
 
 import psycopg
 
+from tests.process_tree import running, signal_every_process
+
 UNPRIVILEGED_USER = "postgres"
 HOST = "127.0.0.1"
 DATABASE = "jobs"
@@ -108,7 +110,8 @@ class Formation:
             raise RuntimeError(f"pg_autoctl {args[:2]} failed:\n{completed.stdout[-3000:]}{completed.stderr[-3000:]}")
 
     def _run(self, node: Node) -> None:
-        """`pg_autoctl run` in a process group of its own: the keeper, its PostgreSQL and every backend."""
+        """`pg_autoctl run` in a session of its own: the keeper and its PostgreSQL (whose backends each start
+        another session, so `_processes_under` finds them by parentage)."""
         with node.log.open("ab") as log:
             node.popen = subprocess.Popen(
                 [*self._as_user, "env", *(f"{k}={v}" for k, v in self._env.items()), "pg_autoctl", "run"]
@@ -163,12 +166,28 @@ class Formation:
         return None
 
     def kill(self, node: Node) -> None:
-        """The machine is lost: SIGKILL to its keeper, its PostgreSQL and every backend at once, so nothing
-        restarts it and no backend finishes a reply."""
+        """The machine is lost: SIGKILL to every process of the node at once (its keeper, its PostgreSQL and
+        every backend), so nothing restarts it and no backend finishes a reply."""
         assert node.popen is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(node.popen.pid, signal.SIGKILL)
+        processes = signal_every_process(node.popen.pid, signal.SIGKILL)
         node.popen.wait(30)
+        deadline = time.monotonic() + 30
+        while alive := [pid for pid in processes if running(pid)]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"processes of {node.name} outlived SIGKILL: {alive}")
+            time.sleep(0.05)
+
+    def freeze(self, node: Node) -> None:
+        """The machine hangs (a storage stall, a stuck kernel): SIGSTOP to every process of the node. Its
+        sockets stay open and the kernel still acknowledges what clients send, but nothing answers."""
+        assert node.popen is not None
+        signal_every_process(node.popen.pid, signal.SIGSTOP)
+
+    def writable(self, node: Node) -> bool:
+        """Whether this node takes writes now (asked of it alone, so a frozen node elsewhere costs nothing)."""
+        with contextlib.suppress(psycopg.Error), psycopg.connect(self.admin_url(node), autocommit=True) as conn:
+            return bool(conn.execute("SHOW transaction_read_only").fetchone()[0] == "off")
+        return False
 
     def _monitor_query(self, query: str) -> list[tuple] | None:
         try:
@@ -196,8 +215,7 @@ class Formation:
     def destroy(self) -> None:
         for node in [*self.nodes, self.monitor]:
             if node.popen is not None and node.popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(node.popen.pid, signal.SIGKILL)
+                signal_every_process(node.popen.pid, signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     node.popen.wait(30)
         shutil.rmtree(self.root, ignore_errors=True)

@@ -112,6 +112,10 @@ class PrivatePostgres:
         """`immediate` is a crash: no checkpoint, recovery at the next start."""
         self._run("pg_ctl", "--pgdata", str(self.data), "--mode", mode, "--wait", "stop")
 
+    def postmaster_pid(self) -> int:
+        """The running server's first process, whose children are every other one."""
+        return int((self.data / "postmaster.pid").read_text().splitlines()[0])
+
     def terminate_every_session(self) -> int:
         with psycopg.connect(self.admin_url(), autocommit=True) as conn:
             return conn.execute(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from shared.domain.errors import JobsError
 from shared.domain.ids import JobId
 from shared.storage import lease_store, scheduling_store
+from shared.storage.connection_watchdog import SilenceWatch
 from shared.storage.database import Database
 from shared.storage.notifications import LISTENING, RUNNABLE_CHANNEL, STOP_CHANNEL, listen
 from shared.storage.retention import delete_finished_jobs
@@ -26,14 +27,19 @@ RETENTION_BATCH_LIMIT = 1000
 LISTEN_RETRY_MAX_SECONDS = 10.0
 
 
-async def listen_for_work(database_url: str, wake: Callable[[], None], stop_requested: Callable[[str], None]) -> None:
+async def listen_for_work(
+    database_url: str,
+    wake: Callable[[], None],
+    stop_requested: Callable[[str], None],
+    watch: SilenceWatch | None = None,
+) -> None:
     """Calls `wake` on every insert notification and `stop_requested(job_id)` when a running job was
     cancelled or superseded; reconnects with backoff, waking once per reconnect because notifications
     sent while disconnected are lost (heartbeats still deliver the stops)."""
     delay = 0.5
     while True:
         try:
-            async for channel, payload in listen(database_url, RUNNABLE_CHANNEL, STOP_CHANNEL):
+            async for channel, payload in listen(database_url, RUNNABLE_CHANNEL, STOP_CHANNEL, watch=watch):
                 if (channel, payload) == LISTENING:
                     delay = 0.5
                     wake()

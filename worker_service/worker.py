@@ -185,7 +185,9 @@ class Worker:
         if self._settings.database.session_url is not None:
             background.append(
                 asyncio.create_task(
-                    listen_for_work(self._settings.database.session_url, self.wake, self._stop_notified),
+                    listen_for_work(
+                        self._settings.database.session_url, self.wake, self._stop_notified, self._db.watch
+                    ),
                     name="wakeup-listener",
                 )
             )

@@ -3,8 +3,10 @@ Answers only after COMMIT."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
 
 from api_service.metrics import SubmissionMetrics
 from api_service.usecases.group_commit import GroupCommitter
@@ -27,6 +29,7 @@ from shared.storage import job_store, scheduling_store
 from shared.storage.database import Connection, Database, set_tenant
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 _Request = tuple[TenantId, str, NewJob]
 _Submitted = tuple[SubmitOutcome, list[JobId]]
 _ENDED_BADLY = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.SUPERSEDED})
@@ -47,20 +50,37 @@ class SubmissionService:
         self._kinds = kinds
         self._limits = limits
         self._dedupe_window_seconds = dedupe_window_seconds
-        self._group: GroupCommitter[_Request, _Submitted] = GroupCommitter(db, self._submit_group)
+        self._group: GroupCommitter[_Request, _Submitted] = GroupCommitter(
+            db, self._submit_group, committed=self._group_committed
+        )
 
     async def submit(self, tenant: TenantId, actor: str, job: NewJob) -> SubmitOutcome:
         """Shares a transaction with concurrent submissions (group commit); answers after COMMIT."""
         known = await self._kinds.known(job.kind)
         validate_new_job(job, limits=self._limits, known_kinds=known.keys())
-        outcome, superseded = await self._group.run((tenant, actor, job))
-        _log_committed(actor, [(outcome, superseded)])
-        self._metrics.count_created([outcome])
+        outcome, _ = await self._group.run((tenant, actor, job))
         return outcome
+
+    def _group_committed(self, requests: Sequence[_Request], results: Sequence[_Submitted | JobsError]) -> None:
+        """Logs and counts a group's jobs once it committed, whether or not their callers still wait: a job
+        committed after its caller gave up is a job submitted all the same."""
+        committed = [
+            (actor, result)
+            for (_, actor, _), result in zip(requests, results, strict=True)
+            if not isinstance(result, JobsError)
+        ]
+        for actor, result in committed:
+            _log_committed(actor, [result])
+        self._metrics.count_created([outcome for _, (outcome, _) in committed])
 
     async def submit_many(self, tenant: TenantId, actor: str, jobs: Sequence[NewJob]) -> list[SubmitOutcome]:
         """All or nothing: any invalid item or reused key rejects the batch and writes nothing."""
         plain = await self._check_batch(jobs)
+        return await _outliving_its_caller(self._store_many(tenant, actor, jobs, plain))
+
+    async def _store_many(
+        self, tenant: TenantId, actor: str, jobs: Sequence[NewJob], plain: Sequence[int]
+    ) -> list[SubmitOutcome]:
         async with self._db.transaction(tenant) as conn:
             inserted = (
                 await job_store.insert_many(conn, tenant, actor, self._plain_inserts(jobs, plain)) if plain else []
@@ -79,6 +99,11 @@ class SubmissionService:
         """As submit_many, answering only each job's id and whether this call created it: the plain
         items' rows are inserted without being read back, the most a batch of them costs per job."""
         plain = await self._check_batch(jobs)
+        return await _outliving_its_caller(self._store_many_ids(tenant, actor, jobs, plain))
+
+    async def _store_many_ids(
+        self, tenant: TenantId, actor: str, jobs: Sequence[NewJob], plain: Sequence[int]
+    ) -> list[tuple[JobId, bool]]:
         async with self._db.transaction(tenant) as conn:
             ids = (
                 await job_store.insert_many_ids(conn, tenant, actor, self._plain_inserts(jobs, plain)) if plain else []
@@ -251,6 +276,16 @@ class _TenantScope:
         if tenant != self._tenant:
             await set_tenant(self._conn, tenant)
             self._tenant = tenant
+
+
+async def _outliving_its_caller(storing: Coroutine[Any, Any, T]) -> T:
+    """Runs `storing` (a transaction, then the lines and counts of what it committed) to its end even when
+    the caller stops waiting: a batch committed as its caller gave up is logged like any other. The
+    caller's deadline, in the context the task copies, still bounds the transaction."""
+    task = asyncio.ensure_future(storing)
+    # Read when nobody awaits it any more, so that asyncio reports no exception as never retrieved.
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return await asyncio.shield(task)
 
 
 def _log_committed(actor: str, submitted: Sequence[tuple[SubmitOutcome, list[JobId]]]) -> None:

@@ -24,25 +24,39 @@ from shared.domain.errors import (
     Unavailable,
 )
 from shared.storage import queries
+from shared.storage.connection_watchdog import (
+    ANSWER_GRACE_SECONDS,
+    AnswerBound,
+    SilenceWatch,
+    answered_within,
+    server_of,
+)
 from shared.storage.database_settings import PREPARE_THRESHOLD_DEFAULT
 
 Connection = psycopg.AsyncConnection[DictRow]
 
-# libpq settings every connection gets unless its URL sets them: keepalives notice an idle connection to a
-# host that vanished (a lost machine sends no reset) within about half a minute, and tcp_user_timeout does
-# the same for a request the host never acknowledged, instead of the kernel's retransmissions for minutes.
+# libpq settings every connection gets unless its URL sets them. A server that does not complete a
+# connection within connect_timeout is passed over for the next host of the URL (a hung server's kernel still
+# accepts the TCP connection; only the server's answer never comes). Keepalives notice an idle connection to a
+# host that vanished (a lost machine sends no reset) within about 11 s, and tcp_user_timeout gives up on data
+# the host never acknowledged after 10 s instead of the kernel's retransmissions for minutes. None of these
+# notices a server that hangs while its kernel runs on: connection_watchdog does.
 CONNECTION_DEFAULTS = {
+    "connect_timeout": "5",
     "keepalives": "1",
-    "keepalives_idle": "10",
-    "keepalives_interval": "5",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
     "keepalives_count": "3",
-    "tcp_user_timeout": "30000",
+    "tcp_user_timeout": "10000",
 }
 # How long the pool retries one lost connection in the background, its waits doubling from 1 s, before it
 # gives up and lets the next request start a fresh attempt. psycopg's default (300 s) lets the waits grow
 # through an outage: after 20 s down, a pool served again 8.3 s after the server was back, against 0.8 s
 # with this; after a failover that is the time from the promotion to the first transaction served.
 RECONNECT_TIMEOUT_SECONDS_DEFAULT = 5.0
+# The bound of a transaction begun outside any caller's deadline (a background loop's, a shared flush's):
+# nothing waits on the database without one.
+TRANSACTION_SECONDS_DEFAULT = 30.0
 
 # Monotonic time by which the current call's caller stops waiting; None when it set no deadline.
 _call_deadline: ContextVar[float | None] = ContextVar("jobs_call_deadline", default=None)
@@ -59,6 +73,8 @@ class PoolSettings:
     # None turns psycopg's server-side prepared statements off, as a transaction pooler needs.
     prepare_threshold: int | None = PREPARE_THRESHOLD_DEFAULT
     reconnect_timeout_seconds: float = RECONNECT_TIMEOUT_SECONDS_DEFAULT
+    # How long a transaction may take when no caller's deadline bounds it.
+    transaction_seconds: float = TRANSACTION_SECONDS_DEFAULT
 
 
 def with_connection_defaults(url: str) -> str:
@@ -108,16 +124,23 @@ async def savepoint(conn: Connection) -> AsyncIterator[None]:
 def call_deadline(seconds_remaining: float | None) -> Iterator[None]:
     """Bounds every transaction begun inside the block by the caller's remaining time: waiting for a
     connection, and each statement (statement_timeout), so an abandoned call frees its connection."""
-    token = _call_deadline.set(None if seconds_remaining is None else time.monotonic() + seconds_remaining)
+    with call_deadline_at(None if seconds_remaining is None else time.monotonic() + seconds_remaining):
+        yield
+
+
+@contextmanager
+def call_deadline_at(deadline: float | None) -> Iterator[None]:
+    """`call_deadline` given as the monotonic time by which the caller stops waiting (None: no bound)."""
+    token = _call_deadline.set(deadline)
     try:
         yield
     finally:
         _call_deadline.reset(token)
 
 
-def _seconds_left() -> float | None:
-    deadline = _call_deadline.get()
-    return None if deadline is None else deadline - time.monotonic()
+def current_call_deadline() -> float | None:
+    """The monotonic time by which the current caller stops waiting, if it said."""
+    return _call_deadline.get()
 
 
 async def set_tenant(conn: Connection, tenant: str) -> None:
@@ -126,43 +149,38 @@ async def set_tenant(conn: Connection, tenant: str) -> None:
     await conn.execute(queries.SESSION_SCOPE_TENANT, {"tenant": tenant})
 
 
-async def _begin(conn: Connection, tenant: str | None, seconds_left: float | None) -> None:
-    """Starts the transaction. One with settings (a tenant, a deadline) sends its BEGIN and its settings in
-    one round trip: psycopg would wait for the answer to its own BEGIN before sending the settings, a
-    round trip of its own for every call (a worker's CompleteJobs: BEGIN, the deadline, the completion,
-    COMMIT). One without leaves BEGIN to psycopg, which sends it before the first statement. Either way
-    the pool commits or rolls back the transaction when it takes the connection back."""
-    scope: str
-    params: dict[str, str]
-    if seconds_left is None:
-        if tenant is None:
-            await conn.set_autocommit(False)
-            return
-        scope, params = queries.SESSION_SCOPE_TENANT, {"tenant": tenant}
-    else:
-        timeout_ms = str(max(1, int(seconds_left * 1000)))
-        if tenant is None:
-            scope, params = queries.SESSION_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms}
-        else:
-            scope, params = queries.SESSION_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms}
-    # In autocommit mode psycopg sends no BEGIN of its own: ours goes in the pipeline with the settings.
-    await conn.set_autocommit(True)
+async def _begin(conn: Connection, tenant: str | None, seconds_left: float) -> None:
+    """BEGIN with the transaction's bounds, and its tenant when it has one, in one round trip. psycopg
+    would send its own BEGIN first and wait for the answer, a round trip more in every transaction (a
+    worker's claim: BEGIN, the bounds, the claim, COMMIT); on the pool's connections, in autocommit mode,
+    it sends none, and ours goes in one pipeline with the settings. The transaction ends as psycopg's
+    would: committed or rolled back when the connection's block ends."""
+    timeout_ms = str(max(1, int(seconds_left * 1000)))
     async with conn.pipeline():
         await conn.execute(queries.SESSION_BEGIN)
-        await conn.execute(scope, params)
+        if tenant is None:
+            await conn.execute(queries.SESSION_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms})
+        else:
+            await conn.execute(queries.SESSION_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms})
 
 
 class Database:
-    """An async pool whose transactions raise domain errors only."""
+    """An async pool whose transactions raise domain errors only, each bounded in time: by its caller's
+    deadline, else by the pool's own; a connection that does not answer in time is given up and replaced."""
 
     def __init__(
         self,
         pool: AsyncConnectionPool[Connection],
+        watch: SilenceWatch,
+        *,
         acquire_timeout_seconds: float = 5.0,
+        transaction_seconds: float = TRANSACTION_SECONDS_DEFAULT,
         probe: DatabaseProbe | None = None,
     ) -> None:
         self._pool = pool
+        self._watch = watch
         self._acquire_timeout = acquire_timeout_seconds
+        self._transaction_seconds = transaction_seconds
         self._probe = probe
 
     @classmethod
@@ -170,8 +188,15 @@ class Database:
         """Opens the pool; without `wait` it connects in the background, so a down database
         does not stop the process from starting (health reports NOT_SERVING instead)."""
         url = with_connection_defaults(settings.url)
+        pool: AsyncConnectionPool[Connection]
+
+        async def drain() -> None:
+            # Idle connections to a server found silent would each fail their next transaction.
+            await pool.drain()
+
+        watch = SilenceWatch(url, settings.application_name, on_silence=drain)
         pool = AsyncConnectionPool(
-            url,
+            lambda: watch.conninfo(url),
             connection_class=Connection,
             min_size=settings.min_size,
             max_size=settings.max_size,
@@ -179,34 +204,61 @@ class Database:
             reconnect_timeout=settings.reconnect_timeout_seconds,
             kwargs={
                 "row_factory": dict_row,
+                # Database.transaction begins each transaction itself (_begin).
+                "autocommit": True,
                 "application_name": settings.application_name,
                 "prepare_threshold": settings.prepare_threshold,
             },
+            configure=watch.configure,
             open=False,
         )
         await pool.open(wait=wait)
-        probe = DatabaseProbe(url, f"{settings.application_name}-probe", settings.prepare_threshold)
-        return cls(pool, settings.acquire_timeout_seconds, probe)
+        probe = DatabaseProbe(url, f"{settings.application_name}-probe", settings.prepare_threshold, watch=watch)
+        return cls(
+            pool,
+            watch,
+            acquire_timeout_seconds=settings.acquire_timeout_seconds,
+            transaction_seconds=settings.transaction_seconds,
+            probe=probe,
+        )
+
+    @property
+    def watch(self) -> SilenceWatch:
+        """What this database's dedicated sessions (LISTEN, gauges) report silent servers to."""
+        return self._watch
 
     @asynccontextmanager
     async def transaction(self, tenant: str | None = None) -> AsyncIterator[Connection]:
         """One transaction: committed when the block ends normally, rolled back otherwise. With a
-        tenant, it sees and writes only that tenant's rows; inside `call_deadline`, it ends by then."""
-        seconds_left = _seconds_left()
+        tenant, it sees and writes only that tenant's rows. It ends by the caller's deadline
+        (`call_deadline`), or within the pool's transaction bound when none was set."""
+        deadline = current_call_deadline()
+        if deadline is None:
+            deadline = time.monotonic() + self._transaction_seconds
         with translate_db_errors():
-            if seconds_left is not None and seconds_left <= 0:
+            seconds_left = deadline - time.monotonic()
+            if seconds_left <= 0:
                 raise DeadlineExceeded("the caller's deadline passed")
-            wait = self._acquire_timeout if seconds_left is None else min(self._acquire_timeout, seconds_left)
-            async with self._pool.connection(timeout=wait) as conn:
-                try:
-                    await _begin(conn, tenant, seconds_left)
-                    yield conn
-                except psycopg.errors.ReadOnlySqlTransaction:
-                    # The pool would keep a connection to a server that no longer takes writes, and
-                    # every write through it would fail; closed, it is replaced by one that
-                    # target_session_attrs=read-write sends to the current primary.
+            conn = await self._pool.getconn(timeout=min(self._acquire_timeout, seconds_left))
+            bound: AnswerBound | None = None
+            try:
+                # The COMMIT is inside the bound too: a silent server would hold it forever.
+                with self._watch.using(conn, deadline - time.monotonic() + ANSWER_GRACE_SECONDS) as bound:
+                    async with conn:
+                        try:
+                            await _begin(conn, tenant, deadline - time.monotonic())
+                            yield conn
+                        except psycopg.errors.ReadOnlySqlTransaction:
+                            # The pool would keep a connection to a server that no longer takes writes,
+                            # and every write through it would fail; closed, it is replaced by one that
+                            # target_session_attrs=read-write sends to the current primary.
+                            await conn.close()
+                            raise
+            finally:
+                if bound is not None and bound.given_up is not None:
+                    # Its socket is shut, whatever libpq last saw: the pool must not hand it out again.
                     await conn.close()
-                    raise
+                await self._pool.putconn(conn)
 
     async def ping(self, timeout_seconds: float = 2.0) -> bool:
         """Whether the database answers and takes writes, over a connection of its own: a pool whose
@@ -226,6 +278,7 @@ class Database:
     async def close(self) -> None:
         if self._probe is not None:
             await self._probe.close()
+        await self._watch.close()
         await self._pool.close()
 
 
@@ -233,31 +286,54 @@ class DatabaseProbe:
     """One dedicated connection for health checks, reopened after any failure."""
 
     def __init__(
-        self, url: str, application_name: str, prepare_threshold: int | None = PREPARE_THRESHOLD_DEFAULT
+        self,
+        url: str,
+        application_name: str,
+        prepare_threshold: int | None = PREPARE_THRESHOLD_DEFAULT,
+        *,
+        watch: SilenceWatch | None = None,
     ) -> None:
         self._url = url
         self._application_name = application_name
         self._prepare_threshold = prepare_threshold
+        self._watch = watch
         self._conn: psycopg.AsyncConnection | None = None
 
     async def ping(self, timeout_seconds: float) -> bool:
+        """Answers within `timeout_seconds`: a server that does not reply to the query in time has its
+        connection given up (not asked to cancel, which would wait on it too) and is reported to the watch."""
+        started = time.monotonic()
+        writable = False
         try:
             async with asyncio.timeout(timeout_seconds):
-                if self._conn is None or self._conn.closed:
-                    self._conn = await psycopg.AsyncConnection.connect(
-                        self._url,
-                        autocommit=True,
-                        application_name=self._application_name,
-                        prepare_threshold=self._prepare_threshold,
-                    )
-                row = await (await self._conn.execute(queries.SESSION_PING)).fetchone()
-            writable = bool(row and row[0])
-        except (psycopg.Error, OSError, TimeoutError):
+                conn = await self._connection()
+            server = server_of(conn)
+            with answered_within(conn, timeout_seconds - (time.monotonic() - started)) as bound:
+                try:
+                    row = await (await conn.execute(queries.SESSION_PING)).fetchone()
+                    writable = bool(row and row[0])
+                finally:
+                    if bound.given_up is not None and self._watch is not None:
+                        self._watch.suspect(server)
+        except (psycopg.Error, OSError, TimeoutError, Unavailable):
             writable = False
         if not writable:
             # Reconnect next time: a multi-host URL then finds the server that takes writes now.
             await self.close()
         return writable
+
+    async def _connection(self) -> psycopg.AsyncConnection:
+        if self._conn is None or self._conn.closed:
+            url = self._url if self._watch is None else self._watch.conninfo(self._url)
+            self._conn = await psycopg.AsyncConnection.connect(
+                url,
+                autocommit=True,
+                application_name=self._application_name,
+                prepare_threshold=self._prepare_threshold,
+            )
+            if self._watch is not None:
+                self._watch.connected(self._conn)
+        return self._conn
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

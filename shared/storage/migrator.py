@@ -21,9 +21,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any
 
 import psycopg
 
+from shared.domain.errors import FailedPrecondition
 from shared.storage import queries
 from shared.storage.database import translate_db_errors
 
@@ -132,18 +134,33 @@ def migrate(
     migrations: Sequence[Migration] | None = None,
     routine_files: Sequence[RoutineFile] | None = None,
 ) -> AppliedSchema:
-    """Applies what is missing and returns it; running it again applies nothing. `migrations` and
-    `routine_files` replace the packaged ones (for tests of the ordering)."""
+    """Applies what is missing and returns it; running it again applies nothing. Refuses a database whose
+    encoding is not UTF-8 before changing anything. `migrations` and `routine_files` replace the packaged
+    ones (for tests of the ordering)."""
     if migrations is None:
         migrations = available_migrations()
     if routine_files is None:
         routine_files = available_routine_files(migrations)
     with translate_db_errors(), psycopg.connect(database_url, autocommit=True) as conn:
+        _require_utf8(conn)
         conn.execute(queries.MIGRATION_LOCK, {"lock_key": MIGRATION_LOCK_KEY})
         try:
             return _apply_missing(conn, migrations, routine_files)
         finally:
             conn.execute(queries.MIGRATION_UNLOCK, {"lock_key": MIGRATION_LOCK_KEY})
+
+
+def _require_utf8(conn: psycopg.Connection[Any]) -> None:
+    """Job payloads' text, labels, names and the migrations themselves are Unicode. initdb without a UTF-8
+    locale (pg_autoctl's included) makes SQL_ASCII databases, which store bytes unchecked and cannot even
+    take the migrations' text."""
+    encoding = conn.info.parameter_status("server_encoding")
+    if encoding != "UTF8":
+        raise FailedPrecondition(
+            f"the database's encoding is {encoding}, and the service needs UTF-8: create the database with"
+            " ENCODING 'UTF8' (initdb --encoding=UTF8, or CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0)",
+            reason="DATABASE_NOT_UTF8",
+        )
 
 
 def _apply_missing(

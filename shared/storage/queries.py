@@ -66,6 +66,7 @@ SESSION_SCOPE_TENANT = _session.pop("session_scope_tenant")
 SESSION_SCOPE_TIMEOUT = _session.pop("session_scope_timeout")
 SESSION_SCOPE_TENANT_AND_TIMEOUT = _session.pop("session_scope_tenant_and_timeout")
 SESSION_PING = _session.pop("session_ping")
+SESSION_ALIVE = _session.pop("session_alive")
 
 KIND_PUBLISH = _kinds.pop("kind_publish")
 KIND_PUBLISH_BUILTIN = _kinds.pop("kind_publish_builtin")

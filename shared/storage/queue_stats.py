@@ -3,8 +3,8 @@ exporter lock. Returns plain rows; database errors leave as domain errors."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 
 import psycopg
@@ -13,7 +13,8 @@ from psycopg.rows import DictRow, dict_row
 from shared.domain.errors import DeadlineExceeded, Unavailable
 from shared.domain.jobs import JobState
 from shared.storage import queries
-from shared.storage.database import translate_db_errors
+from shared.storage.connection_watchdog import ANSWER_GRACE_SECONDS, answered_within
+from shared.storage.database import translate_db_errors, with_connection_defaults
 
 # Session-level advisory lock held by the one API replica that exports the queue gauges; next to the
 # migrations' lock key (7_310_001) in the project's own range.
@@ -79,6 +80,7 @@ class ExporterSession:
             return True
         async with self._closing_on_error():
             conn = await self._connection()
+        async with self._closing_on_error():
             cur = await conn.execute(queries.METRICS_EXPORTER_LOCK_TRY, {"lock_key": METRICS_EXPORTER_LOCK_KEY})
             row = await cur.fetchone()
             self._holds_lock = bool(row and row["acquired"])
@@ -124,6 +126,14 @@ class ExporterSession:
             raise Unavailable("the exporter lock is no longer held by this session")
         return rows
 
+    @contextmanager
+    def _answered(self) -> Iterator[None]:
+        if self._conn is None or self._conn.closed:
+            yield  # connecting, which connect_timeout bounds
+            return
+        with answered_within(self._conn, QUERY_TIMEOUT_SECONDS + ANSWER_GRACE_SECONDS):
+            yield
+
     async def close(self) -> None:
         """Closes the connection, which releases the lock."""
         self._holds_lock = False
@@ -135,7 +145,7 @@ class ExporterSession:
         if self._conn is None or self._conn.closed:
             self._holds_lock = False
             self._conn = await psycopg.AsyncConnection.connect(
-                self._database_url,
+                with_connection_defaults(self._database_url),
                 autocommit=True,
                 row_factory=dict_row,
                 application_name=self._application_name,
@@ -146,9 +156,11 @@ class ExporterSession:
     @asynccontextmanager
     async def _closing_on_error(self) -> AsyncIterator[None]:
         """Translates database errors. On any but a timed-out statement it also drops the connection, and
-        with it the lock: a session in an unknown state must not go on exporting."""
+        with it the lock: a session in an unknown state must not go on exporting. A server that has not
+        answered, even with its own cancellation, a while after the statement timeout has its connection
+        given up: it would otherwise hold the refresher forever."""
         try:
-            with translate_db_errors():
+            with translate_db_errors(), self._answered():
                 yield
         except DeadlineExceeded:
             raise

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import logging
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -11,13 +13,14 @@ import pytest
 
 from api_service.usecases.group_commit import GroupCommitter, each_alone
 from api_service.usecases.submission import SubmissionService
-from shared.domain.errors import AlreadyExists, InvalidArgument, JobsError
+from shared.domain.errors import AlreadyExists, InvalidArgument, JobsError, Unavailable
 from shared.domain.ids import TenantId
 from shared.domain.submission_rules import SubmissionLimits
 from shared.domain.trace_context import TraceContext
 from shared.storage import job_store
 from shared.storage.database import Connection, Database
 from tests import factories
+from tests.conditions import wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -264,15 +267,32 @@ async def test_under_load_the_calls_arriving_over_the_next_turns_share_one_trans
     assert work.sizes == [2, 8], "the calls arriving 3 turns apart each waited for a transaction of their own"
 
 
+class _DatabaseNotingTurns(Database):
+    """The test's pool, noting the ticker's count when each transaction is asked for: how long a flusher
+    gathered, without the round trips that open the transaction."""
+
+    def __init__(self, db: Database, batches: _Batches) -> None:  # the pool is the wrapped one's
+        self._db = db
+        self._batches = batches
+        self.turn_at_begin: list[int] = []
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, tenant: str | None = None) -> AsyncIterator[Connection]:
+        self.turn_at_begin.append(self._batches.turns)
+        async with self._db.transaction(tenant) as conn:
+            yield conn
+
+
 async def test_a_lone_submission_is_not_held_for_others(db):
     work = _Batches()
-    committer: GroupCommitter = GroupCommitter(db, work, gather_turns=1000, gather_seconds=60)
+    noting = _DatabaseNotingTurns(db, work)
+    committer: GroupCommitter = GroupCommitter(noting, work, gather_turns=1000, gather_seconds=60)
     ticker = asyncio.create_task(work.tick())
     try:
         for number in range(3):
             asked_at = work.turns
             assert await committer.run(number) == number
-            assert work.turn_at_start[-1] - asked_at < 10, "a submission at idle waited for others"
+            assert noting.turn_at_begin[-1] - asked_at < 10, "a submission at idle waited for others"
     finally:
         ticker.cancel()
     assert work.sizes == [1, 1, 1]
@@ -290,3 +310,109 @@ async def test_the_wait_for_others_ends_by_its_time_bound(db):
     finally:
         ticker.cancel()
     assert work.sizes == [2, 1]
+
+
+async def test_a_stuck_flush_does_not_hold_the_next_submission(db):
+    """A flush that does not end (a lock held elsewhere, a database that stopped answering) leaves the
+    submissions after it to another flusher on another connection."""
+    release, stuck_started = asyncio.Event(), asyncio.Event()
+
+    def work_for(tag: str):
+        async def work(conn):
+            await conn.execute("SELECT 1")
+            if tag == "stuck":
+                stuck_started.set()
+                await release.wait()
+            return tag
+
+        return work
+
+    committer: GroupCommitter = GroupCommitter(db, each_alone, stall_seconds=0.05)
+    stuck = asyncio.create_task(committer.run(work_for("stuck")))
+    await stuck_started.wait()
+    try:
+        async with asyncio.timeout(10):
+            assert await committer.run(work_for("next")) == "next"
+        assert not stuck.done()
+    finally:
+        release.set()
+    assert await stuck == "stuck"
+
+
+class _DatabaseUnreachable(Database):
+    """Every transaction fails as it does while the database is down, once `answer` is set; counts the
+    attempts."""
+
+    def __init__(self) -> None:  # no pool: nothing else is used
+        self.attempts = 0
+        self.answer = asyncio.Event()
+        self.answer.set()
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, tenant: str | None = None) -> AsyncIterator[Connection]:
+        self.attempts += 1
+        await self.answer.wait()
+        if self.attempts:  # always; the yield below makes this the async generator asynccontextmanager wants
+            raise Unavailable("no database connection became available in time")
+        yield Connection.__new__(Connection)
+
+
+async def test_a_group_the_database_failed_is_answered_at_once_not_retried_item_by_item():
+    """Alone, each item would only wait for the same database again, one after another, well past its
+    caller's deadline."""
+    unreachable = _DatabaseUnreachable()
+    committer: GroupCommitter = GroupCommitter(unreachable, _Batches())
+
+    answers = await asyncio.gather(*(committer.run(n) for n in range(5)), return_exceptions=True)
+
+    assert all(isinstance(answer, Unavailable) for answer in answers)
+    assert unreachable.attempts == 1
+
+
+async def test_a_job_committed_after_its_caller_left_is_still_logged_as_submitted(service, caplog):
+    release = asyncio.Event()
+    committer = service._group
+    work = committer._work
+
+    async def slow_work(conn, requests):
+        await release.wait()
+        return await work(conn, requests)
+
+    committer._work = slow_work
+    caplog.set_level(logging.INFO, logger="api_service.usecases.submission")
+    caller = asyncio.create_task(service.submit(TENANT, ACTOR, factories.new_job(payload=b"left")))
+    await wait_until(lambda: committer._draining == 1, what="the submission's flush to start")
+    caller.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await caller
+    release.set()
+    await wait_until(lambda: committer._draining == 0, what="the flush to commit")
+
+    assert [r.message for r in caplog.records if r.name == "api_service.usecases.submission"] == ["job submitted"]
+
+
+async def test_an_answer_nobody_waits_for_is_not_reported_as_an_error():
+    """A caller that went away leaves its outcome unread; asyncio must not log it as never retrieved."""
+    loop = asyncio.get_running_loop()
+    reported: list[str] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reported.append(str(context.get("message"))))
+    try:
+        await _a_caller_leaves_before_its_group_fails()
+        gc.collect()  # the unread outcome is reported when it is collected
+    finally:
+        loop.set_exception_handler(previous)
+    assert not [message for message in reported if "never retrieved" in message]
+
+
+async def _a_caller_leaves_before_its_group_fails() -> None:
+    unreachable = _DatabaseUnreachable()
+    unreachable.answer.clear()
+    committer: GroupCommitter = GroupCommitter(unreachable, _Batches())
+    caller = asyncio.create_task(committer.run(1))
+    await wait_until(lambda: unreachable.attempts == 1, what="the flush to begin")
+    caller.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await caller
+    unreachable.answer.set()
+    await wait_until(lambda: committer._draining == 0, what="the flush to fail")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 
 from api_service.usecases.submission import SubmissionService
@@ -17,6 +20,7 @@ from shared.domain.jobs import JobState, NewJob
 from shared.domain.submission_rules import SubmissionLimits
 from shared.storage.database import Database, PoolSettings
 from tests import factories
+from tests.conditions import wait_until
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -286,3 +290,40 @@ async def test_job_ids_are_time_ordered_uuids_whichever_path_made_them(service):
     assert [job_id.version for job_id in ids] == [7, 7]
     # Both begin with the same clock, to the minute.
     assert abs((ids[0].int >> 80) - (ids[1].int >> 80)) < 60_000
+
+
+def _backends_waiting_on_a_lock(database_url: str) -> int:
+    with psycopg.connect(database_url) as probe:
+        return probe.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchone()[0]
+
+
+async def test_a_batch_committed_after_its_caller_left_is_stored_and_logged(
+    service: SubmissionService, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A caller that gives up (its deadline, a cancelled call) does not undo a batch on its way to COMMIT,
+    and what commits is logged as submitted like any other job."""
+    await service.submit(TENANT, ACTOR, factories.new_job(resource_key="doc", resource_version=1))
+    caplog.set_level(logging.INFO, logger="api_service.usecases.submission")
+    with psycopg.connect(database_url) as locker:
+        locker.execute("SELECT 1 FROM resource_heads FOR UPDATE")
+        caller = asyncio.create_task(
+            service.submit_many(TENANT, ACTOR, [factories.new_job(resource_key="doc", resource_version=2)])
+        )
+        await wait_until(lambda: _backends_waiting_on_a_lock(database_url) == 1, what="the batch to wait")
+        caller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await caller
+        locker.rollback()
+
+    def stored() -> list[str]:
+        with psycopg.connect(database_url) as probe:
+            return [row[0] for row in probe.execute("SELECT job_id::text FROM jobs WHERE resource_version = 2")]
+
+    await wait_until(lambda: bool(stored()), what="the batch to commit")
+    (job_id,) = stored()
+    await wait_until(
+        lambda: any(r.message == "job submitted" and r.__dict__.get("job_id") == job_id for r in caplog.records),
+        what="its job to be logged as submitted",
+    )

@@ -205,6 +205,34 @@ def test_health_is_not_serving_while_the_database_is_unreachable(service_stack: 
     assert service_stack.health("liveness") == "SERVING"
 
 
+def test_readiness_waits_until_the_built_in_kinds_are_published(service_stack: ServiceStack) -> None:
+    """A replica that answers SERVING must accept `echo`: its built-in kinds are published first."""
+    with psycopg.connect(service_stack.database_url) as holder:
+        holder.execute("LOCK TABLE job_kinds IN EXCLUSIVE MODE")  # reads go on; the publication waits
+        api = service_stack._spawn(
+            "api",
+            "api_service",
+            {
+                "JOBS_API_LISTEN": service_stack.api_target,
+                "JOBS_TOKENS_FILE": str(service_stack.tokens_file),
+                "JOBS_HEALTH_INTERVAL_SECONDS": "0.2",
+            },
+        )
+        probes = (
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'jobs-api-probe' AND state = 'idle'"
+            " AND datname = current_database()"
+        )
+        with psycopg.connect(service_stack.database_url, autocommit=True) as observer:
+            wait_until(
+                lambda: observer.execute(probes).fetchone()[0] == 1, timeout=60, what="the health probe to answer"
+            )
+        assert service_stack.health() == "NOT_SERVING"
+        holder.rollback()
+    wait_until(lambda: service_stack.health() == "SERVING", timeout=60, what="SERVING once the kinds are published")
+    assert service_stack.tenant("acme").submit("echo", b"x").created
+    assert api.popen.poll() is None
+
+
 def test_credentials_are_checked_per_service(service_stack: ServiceStack) -> None:
     service_stack.start_api()
     acme = service_stack.tenant("acme")

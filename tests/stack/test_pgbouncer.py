@@ -18,6 +18,7 @@ from google.protobuf import timestamp_pb2
 from api_service.settings import ApiSettings
 from jobs.v1 import jobs_pb2
 from shared.env_settings import SettingsError
+from shared.storage import queries
 from shared.storage.database_settings import DatabaseSettings, Pooling
 from shared.storage.queue_stats import METRICS_EXPORTER_LOCK_KEY
 from tests.database_roles import ServiceLogins
@@ -165,11 +166,16 @@ def test_the_core_runs_through_pgbouncer_and_sessions_connect_directly(
     assert not through_pooler & SESSION_APPLICATIONS
     transactions = sum(row["total_xact_count"] for row in pgbouncer.show(admin, "STATS") if row["database"] == database)
     assert transactions > 2 * JOBS_PER_TENANT
-    # One listener per process, each LISTENing on the server directly; the exporter holds its lock there.
+    # One listener per process, each LISTENing on the server directly (and asking it, now and then, whether it
+    # still answers); the exporter holds its lock there.
     wait_until(
         lambda: (
-            sorted(q.split()[0] for app, q in _direct_sessions(database_url) if app == "jobs-listener")
-            == ["LISTEN"] * 3
+            [
+                q.split()[0] == "LISTEN" or q == queries.SESSION_PING
+                for app, q in _direct_sessions(database_url)
+                if app == "jobs-listener"
+            ]
+            == [True] * 3
         ),
         timeout=20,
         what="three direct LISTEN sessions",

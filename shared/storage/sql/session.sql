@@ -9,13 +9,19 @@ BEGIN;
 SELECT set_config('jobs.tenant', %(tenant)s, true);
 
 -- name: session_scope_timeout
--- Bounds every later statement of the transaction by the caller's remaining time.
-SELECT set_config('statement_timeout', %(timeout_ms)s, true);
+-- Bounds each later statement of the transaction, and each pause between them, by the time it has left.
+SELECT set_config('statement_timeout', %(timeout_ms)s, true),
+    set_config('idle_in_transaction_session_timeout', %(timeout_ms)s, true);
 
 -- name: session_scope_tenant_and_timeout
 -- Both of the above in one round trip.
-SELECT set_config('jobs.tenant', %(tenant)s, true), set_config('statement_timeout', %(timeout_ms)s, true);
+SELECT set_config('jobs.tenant', %(tenant)s, true), set_config('statement_timeout', %(timeout_ms)s, true),
+    set_config('idle_in_transaction_session_timeout', %(timeout_ms)s, true);
 
 -- name: session_ping
 -- Whether the database answers and takes writes (a demoted or fenced primary answers read-only).
 SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off' AS writable;
+
+-- name: session_alive
+-- Whether the server answers at all, whatever its role (a check of one server of a multi-host URL).
+SELECT 1 AS alive;
