@@ -2,8 +2,8 @@
 
 Environment: BENCH_JOBS (work-down size, 20000), BENCH_HISTORY_ROWS (1000000), BENCH_SOAK_SECONDS (600),
 BENCH_ONLY (comma-separated scenario names), BENCH_ADMIN_URL (a role that may create databases),
-BENCH_REPEAT (work-down and PgQueuer pairs, SubmitJob and no-op pairs, shares and limits on and off
-pairs, 1; medians are reported), BENCH_IN_FLIGHT (SubmitJobs calls
+BENCH_REPEAT (rounds of the work-downs and PgQueuer runs, SubmitJob and no-op pairs, shares and limits
+on and off pairs, 1; medians are reported), BENCH_IN_FLIGHT (SubmitJobs calls
 the work-down keeps in flight, and PgQueuer's producers enqueueing at once, 1), BENCH_PEER_PYTHON (the Python of
 the PgQueuer venv, .bench-venv/bin/python); the scheduling scenarios' sizes are in benchmarks/fairness.py.
 """
@@ -19,8 +19,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks import admin_bulk, claim_instructions, fairness, scenarios
-from benchmarks.harness import durability_settings, fresh_database, median, pgqueuer_peer
+from benchmarks import admin_bulk, claim_instructions, fairness, scenarios, versus_pgqueuer
+from benchmarks.harness import durability_settings, fresh_database
 
 SCENARIOS = (
     "workdown",
@@ -37,31 +37,6 @@ SCENARIOS = (
     "overshoot",
     "admin_bulk",
 )
-# The peer the work-down is compared with (benchmarks/pgqueuer-requirements.txt pins it).
-PEER_VERSION = "1.6.0"
-PEER_BATCH = 100
-
-
-def _beside_pgqueuer(jobs: int, repeat: int, in_flight: int) -> dict[str, Any]:
-    """PgQueuer's run, then ours, each in a fresh database on the same server, `repeat` times: the
-    ratio of each pair is measured seconds apart, so a busy machine moves both sides alike. Medians."""
-    peers: list[dict[str, float]] = []
-    ours: list[float] = []
-    for _ in range(repeat):
-        with fresh_database("pgqueuer", migrated=False) as url:
-            peers.append(pgqueuer_peer(url, jobs, batch=PEER_BATCH, producers=in_flight))
-        with fresh_database("workdown") as url:
-            ours.append(scenarios.work_down(url, jobs, in_flight))
-    ratios = [mine / peer["combined_per_s"] for mine, peer in zip(ours, peers, strict=True)]
-    figures: dict[str, Any] = {
-        f"pgqueuer_{k}": median([p[k] for p in peers]) for k in ("enqueue_per_s", "drain_per_s", "combined_per_s")
-    }
-    figures["workdown_jobs_per_s"] = median(ours)
-    figures["workdown_vs_pgqueuer"] = median(ratios)
-    figures["workdown_vs_pgqueuer_runs"] = [round(r, 3) for r in ratios]
-    return figures
-
-
 FAIR_THROUGHPUT_PAIRS_MIN = 5
 
 
@@ -92,27 +67,16 @@ def main() -> int:
             figures.update(durability_settings(url))
             figures["bare_sql_jobs_per_s"] = asyncio.run(scenarios.bare_sql_lifecycle(url, jobs))
         figures["in_flight"] = in_flight
-        figures.update(_beside_pgqueuer(jobs, repeat, in_flight))
+        figures.update(versus_pgqueuer.beside_pgqueuer(jobs, repeat, in_flight))
         figures["workdown_vs_sql"] = figures["workdown_jobs_per_s"] / figures["bare_sql_jobs_per_s"]
         rows += [
-            ("bare-SQL lifecycle limit", f"{figures['bare_sql_jobs_per_s']:,.0f} jobs/s", "measured"),
             (
-                f"PgQueuer {PEER_VERSION} enqueue+drain",
-                f"{figures['pgqueuer_combined_per_s']:,.0f} jobs/s",
-                f"batch {PEER_BATCH}: enqueue {figures['pgqueuer_enqueue_per_s']:,.0f}/s,"
-                f" drain {figures['pgqueuer_drain_per_s']:,.0f}/s, harmonic combination",
+                "bare-SQL lifecycle limit",
+                f"{figures['bare_sql_jobs_per_s']:,.0f} jobs/s",
+                f"the harness's work-down is {figures['workdown_vs_sql']:.0%} of it; {in_flight} SubmitJobs"
+                " in flight, PgQueuer's producers as many",
             ),
-            (
-                "work-down through the API",
-                f"{figures['workdown_jobs_per_s']:,.0f} jobs/s",
-                f"{figures['workdown_vs_sql']:.0%} of SQL (target >= 60%, >= 10,000/s)",
-            ),
-            (
-                "  work-down vs PgQueuer",
-                f"{figures['workdown_vs_pgqueuer']:.2f}x",
-                f"target >= 1.00x; {in_flight} in flight each side; runs: "
-                + ", ".join(f"{r:.2f}x" for r in figures["workdown_vs_pgqueuer_runs"]),
-            ),
+            *versus_pgqueuer.rows(figures),
         ]
     if "submit" in only:
         runs = []
@@ -156,7 +120,7 @@ def main() -> int:
             scenarios.add_history(url, history_rows)
             figures["history_rows"] = history_rows
             figures["history_load_seconds"] = time.monotonic() - started
-            figures["workdown_with_history_jobs_per_s"] = scenarios.work_down(url, jobs)
+            figures["workdown_with_history_jobs_per_s"] = scenarios.work_down(url, jobs)["jobs_per_s"]
         figures["history_slowdown"] = 1 - figures["workdown_with_history_jobs_per_s"] / figures["workdown_jobs_per_s"]
         rows.append(
             (

@@ -27,6 +27,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from shared.storage.migrator import migrate
+from shared.storage.sql_loader import load_sql_blocks
 
 REPO = Path(__file__).resolve().parent.parent
 ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -36,6 +37,7 @@ START_TIMEOUT_SECONDS = 30.0
 PEER_PYTHON = os.environ.get("BENCH_PEER_PYTHON", str(REPO / ".bench-venv" / "bin" / "python"))
 PEER_SCRIPT = REPO / "benchmarks" / "pgqueuer_peer.py"
 PEER_TIMEOUT_SECONDS = 600.0
+_WORKDOWN_SQL = load_sql_blocks("workdown.sql", package="benchmarks")
 
 
 def free_port() -> int:
@@ -92,6 +94,33 @@ def plain_insert_params(
         "traceparents": [None] * n,
         "tracestates": [None] * n,
     }
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU a live process has used (0 for one that is gone), from /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    # utime and stime are the 14th and 15th fields; the command before them, in parentheses, may hold spaces.
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def backend_cpu(conn: psycopg.Connection) -> dict[int, float]:
+    """The CPU seconds of each server process serving the connection's database, but its own: the
+    server's shared processes and other databases' sessions are left out."""
+    pids = [row[0] for row in conn.execute(_WORKDOWN_SQL["database_backends"]).fetchall()]
+    return {pid: cpu_seconds(pid) for pid in pids}
+
+
+def cpu_since(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two readings of the same processes; one that started between them
+    counts whole, one that ended between them is lost (the benchmarks' sessions outlive their runs)."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
 
 
 def durability_settings(url: str) -> dict[str, str]:
@@ -154,6 +183,9 @@ class ServicePair:
             )
         time.sleep(1.0)  # let the workers open their pools and LISTEN connections
         return self
+
+    def api_pid(self) -> int:
+        return self.processes[0].pid
 
     def worker_pids(self) -> list[int]:
         return [p.pid for p in self.processes[1:]]

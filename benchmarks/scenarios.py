@@ -6,24 +6,41 @@ import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import grpc
 import psycopg
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from psycopg.rows import dict_row
 
-from benchmarks.harness import TENANTS, ServicePair, median, percentile, plain_insert_params, rss_bytes
+from benchmarks.harness import (
+    TENANTS,
+    ServicePair,
+    backend_cpu,
+    cpu_seconds,
+    cpu_since,
+    median,
+    percentile,
+    plain_insert_params,
+    rss_bytes,
+)
 from jobs.v1 import jobs_pb2, jobs_pb2_grpc
 from shared.storage import queries
+from shared.storage.sql_loader import load_sql_blocks
 
 SQL_BATCH = 1000
 SUBMIT_BATCH = 1000
+# What a user's producer sends per SubmitJobs call in the work-down run "as users run it".
+USERS_SUBMIT_BATCH = 500
 # Echo work-down: enough slots that a claim returns a full batch.
 FAST_WORKER_ENV = {
     "JOBS_WORKER_CONCURRENCY": "1000",
     "JOBS_COMPLETION_BATCH_MAX": "1000",
     "JOBS_COMPLETION_FLUSH_SECONDS": "0.005",
 }
+
+
+_SQL = load_sql_blocks("workdown.sql", package="benchmarks")
 
 
 def _count_succeeded(url: str) -> int:
@@ -93,24 +110,68 @@ async def bare_sql_lifecycle(url: str, jobs: int) -> float:
     return jobs / (time.time() - started)
 
 
-def work_down(url: str, jobs: int, in_flight: int = 1) -> float:
+@dataclass(frozen=True)
+class WorkDownShape:
+    """How a work-down runs: the workers' settings (two replicas) and the jobs per SubmitJobs call."""
+
+    label: str
+    worker_env: dict[str, str]
+    submit_batch: int
+
+    @property
+    def slots(self) -> int:
+        return 2 * int(self.worker_env["JOBS_WORKER_CONCURRENCY"])
+
+
+# The harness's own: a claim returns a full batch, completions wait 5 ms for up to 1,000 others.
+HARNESS_SHAPE = WorkDownShape("harness", FAST_WORKER_ENV, SUBMIT_BATCH)
+
+
+def users_shape(concurrency: int) -> WorkDownShape:
+    """As a user runs it: the workers' defaults but their concurrency, SubmitJobs of 500."""
+    return WorkDownShape(f"c{concurrency}", {"JOBS_WORKER_CONCURRENCY": str(concurrency)}, USERS_SUBMIT_BATCH)
+
+
+def work_down(url: str, jobs: int, in_flight: int = 1, shape: WorkDownShape = HARNESS_SHAPE) -> dict[str, float]:
     """`jobs` echo jobs through SubmitJobs (ids only, `in_flight` calls at a time), run by two
-    workers, completed through the API: first submit to last completion, jobs per second."""
+    workers, completed through the API: first submit to last completion, jobs per second; and where
+    the time went: each process's CPU per job, the submissions' share of the run, and the jobs' waits
+    and lease holds by the database's clock."""
     with (
-        ServicePair(url, worker_env=FAST_WORKER_ENV) as pair,
+        ServicePair(url, worker_env=shape.worker_env) as pair,
         grpc.insecure_channel(pair.target, options=[("grpc.max_send_message_length", 64 << 20)]) as channel,
         ThreadPoolExecutor(in_flight) as callers,
+        psycopg.connect(url, autocommit=True) as observer,
     ):
         stub = jobs_pb2_grpc.JobServiceStub(channel)
-        request = [jobs_pb2.SubmitJobRequest(kind="echo", payload=b"x")] * SUBMIT_BATCH
+        request = [jobs_pb2.SubmitJobRequest(kind="echo", payload=b"x")] * shape.submit_batch
         batches = [
-            jobs_pb2.SubmitJobsRequest(jobs=request[: min(SUBMIT_BATCH, jobs - offset)], ids_only=True)
-            for offset in range(0, jobs, SUBMIT_BATCH)
+            jobs_pb2.SubmitJobsRequest(jobs=request[: min(shape.submit_batch, jobs - offset)], ids_only=True)
+            for offset in range(0, jobs, shape.submit_batch)
         ]
+        processes = {"api": [pair.api_pid()], "workers": pair.worker_pids()}
+        cpu_before = {name: sum(cpu_seconds(pid) for pid in pids) for name, pids in processes.items()}
+        backends_before = backend_cpu(observer)
         started = time.time()
         list(callers.map(lambda batch: stub.SubmitJobs(batch, metadata=pair.metadata(), timeout=60), batches))
+        submitted = time.time()
         finished = _wait_all_succeeded(url, jobs, timeout=max(60.0, jobs / 200))
-    return jobs / (finished - started)
+        cpu = {name: sum(cpu_seconds(pid) for pid in pids) - cpu_before[name] for name, pids in processes.items()}
+        cpu["postgres"] = cpu_since(backends_before, backend_cpu(observer))
+        stamps = observer.execute(_SQL["succeeded_stamps"]).fetchone()
+    elapsed = finished - started
+    return {
+        "jobs_per_s": jobs / elapsed,
+        **{f"{name}_cpu_us": seconds / jobs * 1e6 for name, seconds in cpu.items()},
+        "submit_share": min((submitted - started) / elapsed, 1.0),
+        "wait_mean_ms": stamps[0] * 1000,
+        "wait_p50_ms": stamps[1] * 1000,
+        "held_mean_ms": stamps[2] * 1000,
+        "held_p50_ms": stamps[3] * 1000,
+        # Little's law: the leases held on average over the run, against the slots of both replicas.
+        "leases_held_mean": jobs / elapsed * stamps[2],
+        "slots": shape.slots,
+    }
 
 
 async def _rpc_rate(target: str, make_call, clients: int, seconds: float) -> tuple[float, int]:

@@ -152,13 +152,19 @@ async def set_tenant(conn: Connection, tenant: str) -> None:
     await conn.execute(queries.SESSION_SCOPE_TENANT, {"tenant": tenant})
 
 
-async def _scope(conn: Connection, tenant: str | None, seconds_left: float) -> None:
-    """One round trip: the transaction's bounds, and its tenant when it has one."""
+async def _begin(conn: Connection, tenant: str | None, seconds_left: float) -> None:
+    """BEGIN with the transaction's bounds, and its tenant when it has one, in one round trip. psycopg
+    would send its own BEGIN first and wait for the answer, a round trip more in every transaction (a
+    worker's claim: BEGIN, the bounds, the claim, COMMIT); on the pool's connections, in autocommit mode,
+    it sends none, and ours goes in one pipeline with the settings. The transaction ends as psycopg's
+    would: committed or rolled back when the connection's block ends."""
     timeout_ms = str(max(1, int(seconds_left * 1000)))
-    if tenant is None:
-        await conn.execute(queries.SESSION_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms})
-    else:
-        await conn.execute(queries.SESSION_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms})
+    async with conn.pipeline():
+        await conn.execute(queries.SESSION_BEGIN)
+        if tenant is None:
+            await conn.execute(queries.SESSION_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms})
+        else:
+            await conn.execute(queries.SESSION_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms})
 
 
 class Database:
@@ -204,6 +210,8 @@ class Database:
             reconnect_timeout=settings.reconnect_timeout_seconds,
             kwargs={
                 "row_factory": dict_row,
+                # Database.transaction begins each transaction itself (_begin).
+                "autocommit": True,
                 "application_name": settings.application_name,
                 "prepare_threshold": settings.prepare_threshold,
                 **pool_connection_kwargs(faults),
@@ -247,7 +255,7 @@ class Database:
                 with self._watch.using(conn, deadline - time.monotonic() + ANSWER_GRACE_SECONDS) as bound:
                     async with conn:
                         try:
-                            await _scope(conn, tenant, deadline - time.monotonic())
+                            await _begin(conn, tenant, deadline - time.monotonic())
                             yield conn
                         except psycopg.errors.ReadOnlySqlTransaction:
                             # The pool would keep a connection to a server that no longer takes writes,

@@ -61,6 +61,7 @@ METRICS_QUEUE_SNAPSHOT = _metrics.pop("metrics_queue_snapshot")
 METRICS_LIMIT_SNAPSHOT = _metrics.pop("metrics_limit_snapshot")
 METRICS_KIND_PAUSES = _metrics.pop("metrics_kind_pauses")
 
+SESSION_BEGIN = _session.pop("session_begin")
 SESSION_SCOPE_TENANT = _session.pop("session_scope_tenant")
 SESSION_SCOPE_TIMEOUT = _session.pop("session_scope_timeout")
 SESSION_SCOPE_TENANT_AND_TIMEOUT = _session.pop("session_scope_tenant_and_timeout")

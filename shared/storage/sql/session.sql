@@ -1,5 +1,9 @@
 -- Statements that configure a connection or transaction rather than read or write an aggregate.
 
+-- name: session_begin
+-- Starts a transaction on a connection that otherwise commits each statement (the pool's connections).
+BEGIN;
+
 -- name: session_scope_tenant
 -- Confines the rest of the transaction to one tenant's rows (row-level security).
 SELECT set_config('jobs.tenant', %(tenant)s, true);
