@@ -125,7 +125,10 @@ def test_a_stored_limit_out_of_bounds_is_brought_within_them_and_claims_go_on(em
     seconds) is clamped by the migration, the change recorded, and the table refuses such a row after."""
     bounds = next(m for m in available_migrations() if m.name == BOUNDS_MIGRATION)
     earlier = [m for m in available_migrations() if m.version < bounds.version]
-    migrate(empty_database_url, migrations=earlier, routine_files=available_routine_files(earlier))
+    # Routine files as far as the migrations before the bounds can carry them (claim.sql, for one, follows
+    # a later migration): the database as a service of that time left it, near enough for its limits.
+    routine_files = [r for r in available_routine_files() if r.after < bounds.version]
+    migrate(empty_database_url, migrations=earlier, routine_files=routine_files)
     with psycopg.connect(empty_database_url, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO job_limits (key, max_running, rate_per_second, burst, updated_by) VALUES"

@@ -88,7 +88,7 @@ async def test_the_aggregate_reads_partial_indexes_never_the_finished_history(db
     )
 
     assert "Seq Scan" not in plan, plan
-    for index in ("jobs_runnable_idx", "jobs_running_lease_idx", "jobs_queue_gauge_idx"):
+    for index in ("jobs_runnable_idx", "jobs_parked_idx", "jobs_running_lease_idx", "jobs_queue_gauge_idx"):
         assert index in plan, plan
 
 

@@ -105,7 +105,14 @@ def test_prometheus_ranks_the_tenant_with_more_retries_first(service_stack: Serv
     exporters = prometheus.values_by("jobs_metrics_exporter", "job")
     assert exporters == {"jobs-api": 1.0}, "the one API replica exports the database gauges"
     assert {s["metric"]["job"] for s in prometheus.query("jobs_metrics_snapshot_age_seconds")} == {"jobs-api"}
-    assert prometheus.query("jobs_queue_depth") == [], "no job is open any more"
+    # The gauges come from a snapshot refreshed every second and scraped after: the last one may still
+    # hold a job that has since finished, so the check waits out one refresh and one scrape.
+    wait_until(
+        lambda: prometheus.query("jobs_queue_depth") == [],
+        timeout=15,
+        interval=0.2,
+        what="no job open any more in the scraped queue depth",
+    )
     assert prometheus.values_by("tenant_kind:jobs_recently_failed:max", "tenant") == {}
 
     # Arrivals: every job row, counted once by the API that accepted it.

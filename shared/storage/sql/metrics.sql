@@ -20,7 +20,12 @@ WITH exporter AS (
                    FILTER (WHERE state IN ('pending', 'retry_wait') AND run_after <= statement_timestamp()))::float8
                AS oldest_wait_seconds
     FROM (
-        SELECT tenant, kind, state, run_after FROM jobs WHERE state IN ('pending', 'retry_wait')
+        -- Waiting jobs in two parts, one per partial index: those a claim walks and those parked behind a
+        -- key without room (migration 0036).
+        SELECT tenant, kind, state, run_after FROM jobs WHERE state IN ('pending', 'retry_wait') AND parked_on IS NULL
+        UNION ALL
+        SELECT tenant, kind, state, run_after FROM jobs
+        WHERE state IN ('pending', 'retry_wait') AND parked_on IS NOT NULL
         UNION ALL
         SELECT tenant, kind, state, run_after FROM jobs WHERE state = 'running'
         UNION ALL
