@@ -20,6 +20,7 @@ from shared.domain.ids import FencingToken, JobId
 from shared.domain.job_logs import AttemptLog, JobLogLine, LogLine, LogPosition
 from shared.domain.jobs import (
     Completion,
+    Debounce,
     ErrorCategory,
     FailOutcome,
     FailureReport,
@@ -121,8 +122,18 @@ def new_job_from_proto(
         labels=dict(request.labels) if request.labels else {},
         dedupe_by_input=request.dedupe_by_input,
         limit_keys=tuple(request.limit_keys) if request.limit_keys else (),
+        sequence_key=request.sequence_key or None,
+        singleton_key=request.singleton_key or None,
+        debounce=_debounce(request),
         trace_context=trace_context,
     )
+
+
+def _debounce(request: jobs_pb2.SubmitJobRequest) -> Debounce | None:
+    if not request.HasField("debounce"):
+        return None
+    given = request.debounce
+    return Debounce(given.key, given.quiet_seconds, given.max_wait_seconds)
 
 
 def job_to_proto(job: Job) -> jobs_pb2.Job:
@@ -146,6 +157,9 @@ def job_to_proto(job: Job) -> jobs_pb2.Job:
         labels=job.labels,
         idempotency_key=job.idempotency_key or "",
         fencing_token=job.fencing_token,
+        sequence_key=job.sequence_key or "",
+        singleton_key=job.singleton_key or "",
+        debounce_key=job.debounce_key or "",
     )
     if job.last_error:
         message.last_error.CopyFrom(job_error_to_proto(job.last_error))

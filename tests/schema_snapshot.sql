@@ -671,7 +671,7 @@ BEGIN
            array_agg(h.priority ORDER BY h.kind, h.tenant), array_agg(h.run_after ORDER BY h.kind, h.tenant),
            max(h.priority),
            EXISTS (SELECT 1 FROM job_key_state AS k WHERE k.held_until > clock_timestamp()),
-           EXISTS (SELECT 1 FROM jobs AS j WHERE j.state IN ('pending', 'retry_wait') AND j.parked_on IS NOT NULL)
+           EXISTS (SELECT 1 FROM jobs AS j WHERE j.state IN ('pending', 'retry_wait') AND j.parked_on > '')
     INTO s.pair_kinds, s.pair_tenants, s.pair_priorities, pair_ages, s.priority, holds, parked
     FROM jobs_claim_heads(claim_kinds) AS h;
     IF parked OR holds THEN
@@ -785,9 +785,10 @@ CREATE FUNCTION public.jobs_claim_unpark(claim_limit integer) RETURNS void
 BEGIN
     WITH RECURSIVE waited_for AS (
         -- The keys jobs are parked behind: one index descent per key, however many wait behind it.
+        -- From after '': the jobs waiting for their turn in a sequence, which only their head's end releases.
         (SELECT j.parked_on AS key
          FROM jobs AS j
-         WHERE j.state IN ('pending', 'retry_wait') AND j.parked_on IS NOT NULL
+         WHERE j.state IN ('pending', 'retry_wait') AND j.parked_on > ''
          ORDER BY j.parked_on
          LIMIT 1)
         UNION ALL
@@ -920,6 +921,10 @@ CREATE FUNCTION public.jobs_hold_key(hold_key text, hold_until timestamp with ti
             SET held_until = greatest(coalesce(s.held_until, EXCLUDED.held_until), EXCLUDED.held_until)
         RETURNING held_until
     $$;
+
+CREATE FUNCTION public.jobs_key_lock_id(what text, of_tenant text, of_key text) RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT hashtextextended(what || ':' || length(of_tenant) || ':' || of_tenant || '/' || of_key, 39) $$;
 
 CREATE FUNCTION public.jobs_key_tenant(key text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -1098,6 +1103,80 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.jobs_sequence_hold(of_tenant text, of_key text, except_job uuid, head_only boolean) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    holder uuid;
+BEGIN
+    LOOP
+        SELECT j.job_id INTO holder
+        FROM jobs AS j
+        WHERE j.tenant = of_tenant AND j.sequence_key = of_key
+          AND j.state NOT IN ('succeeded', 'cancelled', 'superseded')
+          AND j.job_id IS DISTINCT FROM except_job
+          AND (NOT head_only OR j.parked_on IS DISTINCT FROM '')
+        ORDER BY j.sequence_position
+        LIMIT 1;
+        IF holder IS NULL THEN
+            RETURN false;
+        END IF;
+        PERFORM 1 FROM jobs AS j
+        WHERE j.job_id = holder AND j.state NOT IN ('succeeded', 'cancelled', 'superseded')
+        FOR SHARE;
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        holder := NULL;
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION public.jobs_sequence_rejoin() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(jobs_key_lock_id('sequence', NEW.tenant, NEW.sequence_key));
+    IF jobs_sequence_hold(NEW.tenant, NEW.sequence_key, NEW.job_id, true) THEN
+        NEW.parked_on := '';
+    ELSIF NEW.parked_on = '' THEN
+        NEW.parked_on := NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION public.jobs_sequence_release() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    after_position bigint := -1;
+    next_id uuid;
+    next_position bigint;
+BEGIN
+    LOOP
+        SELECT j.job_id, j.sequence_position INTO next_id, next_position
+        FROM jobs AS j
+        WHERE j.tenant = OLD.tenant AND j.sequence_key = OLD.sequence_key
+          AND j.state NOT IN ('succeeded', 'cancelled', 'superseded')
+          AND j.sequence_position > after_position AND j.job_id <> OLD.job_id
+        ORDER BY j.sequence_position
+        LIMIT 1;
+        EXIT WHEN next_id IS NULL;
+        UPDATE jobs AS j
+        SET parked_on = nullif(j.parked_on, '')
+        WHERE j.job_id = next_id AND j.state NOT IN ('succeeded', 'cancelled', 'superseded');
+        EXIT WHEN FOUND;
+        after_position := next_position;
+        next_id := NULL;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION public.jobs_settle_dependents() RETURNS trigger
     LANGUAGE plpgsql
     AS $_$
@@ -1229,7 +1308,8 @@ CREATE FUNCTION public.jobs_waiting_reason(for_job uuid) RETURNS TABLE(reason te
     AS $$
         WITH job AS (
             SELECT j.job_id, j.kind, jobs_effective_keys(j.tenant, j.kind, jk.limit_keys, j.limit_keys) AS keys,
-                   j.limit_keys AS own_keys, j.limit_key_bounds AS own_bounds
+                   j.limit_keys AS own_keys, j.limit_key_bounds AS own_bounds, j.tenant, j.sequence_key,
+                   j.parked_on = '' AS in_sequence_queue
             FROM jobs AS j LEFT JOIN job_kinds AS jk ON jk.kind = j.kind
             WHERE j.job_id = for_job AND jobs_tenant_visible(j.tenant)
               AND j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
@@ -1243,6 +1323,19 @@ CREATE FUNCTION public.jobs_waiting_reason(for_job uuid) RETURNS TABLE(reason te
             WHERE j.state = 'running' AND rk IN (SELECT key FROM carried)
             GROUP BY rk
         ), reasons AS (
+            -- A job waiting in its sequence: halted when the sequence's first unfinished job failed or
+            -- its outcome is unknown.
+            SELECT -1 AS ord,
+                   CASE WHEN (SELECT h.state IN ('failed', 'outcome_unknown')
+                              FROM jobs AS h
+                              WHERE h.tenant = job.tenant AND h.sequence_key = job.sequence_key
+                                AND h.state NOT IN ('succeeded', 'cancelled', 'superseded')
+                              ORDER BY h.sequence_position
+                              LIMIT 1)
+                        THEN 'sequence_halted' ELSE 'sequence_waiting' END AS reason,
+                   job.sequence_key AS key
+            FROM job WHERE job.in_sequence_queue
+            UNION ALL
             SELECT 0 AS ord, 'kind_paused' AS reason, jobs_kind_key(job.kind) AS key
             FROM job WHERE EXISTS (SELECT 1 FROM kind_pauses AS p WHERE p.kind = job.kind)
             UNION ALL
@@ -1494,6 +1587,11 @@ CREATE TABLE public.jobs (
     running_keys text[] DEFAULT '{}'::text[] NOT NULL,
     waits_for_manual_retry boolean DEFAULT false NOT NULL,
     parked_on text,
+    sequence_key text,
+    sequence_position bigint,
+    singleton_key text,
+    debounce_key text,
+    debounce_max_at timestamp with time zone,
     CONSTRAINT jobs_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT jobs_backoff_base_seconds_check CHECK ((backoff_base_seconds >= (0)::double precision)),
     CONSTRAINT jobs_backoff_cap_seconds_check CHECK ((backoff_cap_seconds >= (0)::double precision)),
@@ -1504,6 +1602,13 @@ CREATE TABLE public.jobs (
     CONSTRAINT jobs_running_has_lease CHECK (((state <> 'running'::public.job_state) OR (lease_expires_at IS NOT NULL)))
 )
 WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.02', autovacuum_analyze_scale_factor='0.02');
+
+CREATE SEQUENCE public.jobs_sequence_position_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
 
 CREATE TABLE public.kind_pauses (
     kind text NOT NULL,
@@ -1704,6 +1809,8 @@ CREATE INDEX job_kind_publishers_seen_idx ON public.job_kind_publishers USING bt
 
 CREATE INDEX jobs_blocked_depends_on_idx ON public.jobs USING gin (depends_on) WHERE (state = 'blocked'::public.job_state);
 
+CREATE INDEX jobs_debounce_open_idx ON public.jobs USING btree (tenant, debounce_key) WHERE ((debounce_key IS NOT NULL) AND (state = 'pending'::public.job_state) AND (fencing_token = 0));
+
 CREATE INDEX jobs_dedupe_input_idx ON public.jobs USING btree (tenant, kind, input_digest, COALESCE(finished_at, 'infinity'::timestamp with time zone)) WHERE ((input_digest IS NOT NULL) AND (state = ANY (ARRAY['pending'::public.job_state, 'blocked'::public.job_state, 'retry_wait'::public.job_state, 'running'::public.job_state, 'succeeded'::public.job_state])));
 
 CREATE INDEX jobs_depends_on_idx ON public.jobs USING gin (depends_on) WHERE (depends_on <> '{}'::uuid[]);
@@ -1719,6 +1826,10 @@ CREATE INDEX jobs_queue_gauge_idx ON public.jobs USING btree (state, finished_at
 CREATE INDEX jobs_runnable_idx ON public.jobs USING btree (kind, tenant, priority DESC, run_after, job_id) WHERE ((state = ANY (ARRAY['pending'::public.job_state, 'retry_wait'::public.job_state])) AND (parked_on IS NULL));
 
 CREATE INDEX jobs_running_lease_idx ON public.jobs USING btree (lease_expires_at) WHERE (state = 'running'::public.job_state);
+
+CREATE INDEX jobs_sequence_live_idx ON public.jobs USING btree (tenant, sequence_key, sequence_position) WHERE ((sequence_key IS NOT NULL) AND (state <> ALL (ARRAY['succeeded'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])));
+
+CREATE UNIQUE INDEX jobs_singleton_active_idx ON public.jobs USING btree (tenant, singleton_key) WHERE ((singleton_key IS NOT NULL) AND (state = ANY (ARRAY['pending'::public.job_state, 'retry_wait'::public.job_state, 'blocked'::public.job_state, 'running'::public.job_state])));
 
 CREATE INDEX jobs_tenant_created_idx ON public.jobs USING btree (tenant, created_at DESC, job_id DESC);
 
@@ -1749,6 +1860,12 @@ CREATE TRIGGER jobs_notify_stop AFTER UPDATE ON public.jobs FOR EACH ROW WHEN ((
 CREATE TRIGGER jobs_record_insert AFTER INSERT ON public.jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_record_event();
 
 CREATE TRIGGER jobs_record_update AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_record_event();
+
+CREATE TRIGGER jobs_sequence_rejoin BEFORE UPDATE OF state ON public.jobs FOR EACH ROW WHEN (((new.sequence_key IS NOT NULL) AND (old.state = ANY (ARRAY['succeeded'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state, 'failed'::public.job_state, 'outcome_unknown'::public.job_state])) AND (new.state = ANY (ARRAY['pending'::public.job_state, 'blocked'::public.job_state, 'retry_wait'::public.job_state])))) EXECUTE FUNCTION public.jobs_sequence_rejoin();
+
+CREATE TRIGGER jobs_sequence_release AFTER UPDATE OF state ON public.jobs FOR EACH ROW WHEN (((old.sequence_key IS NOT NULL) AND (old.parked_on IS DISTINCT FROM ''::text) AND (old.state <> ALL (ARRAY['succeeded'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])) AND (new.state = ANY (ARRAY['succeeded'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])))) EXECUTE FUNCTION public.jobs_sequence_release();
+
+CREATE TRIGGER jobs_sequence_release_deleted AFTER DELETE ON public.jobs FOR EACH ROW WHEN (((old.sequence_key IS NOT NULL) AND (old.parked_on IS DISTINCT FROM ''::text) AND (old.state <> ALL (ARRAY['succeeded'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])))) EXECUTE FUNCTION public.jobs_sequence_release();
 
 CREATE TRIGGER jobs_settle_dependents AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_settle_dependents();
 
@@ -1967,6 +2084,8 @@ GRANT UPDATE(transition_reason) ON TABLE public.jobs TO jobs_worker;
 GRANT UPDATE(running_keys) ON TABLE public.jobs TO jobs_worker;
 
 GRANT UPDATE(parked_on) ON TABLE public.jobs TO jobs_worker;
+
+GRANT USAGE ON SEQUENCE public.jobs_sequence_position_seq TO jobs_api;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.kind_pauses TO jobs_api;
 GRANT SELECT ON TABLE public.kind_pauses TO jobs_worker;

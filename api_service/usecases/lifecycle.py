@@ -103,6 +103,8 @@ async def retry_in(
     if candidate is None:
         raise NotFound()
     _check_retryable(candidate, accept_duplicate_risk)
+    if candidate.singleton_key is not None:
+        await _check_singleton_free(conn, tenant, candidate.singleton_key)
     next_state = await _reopened_state(conn, tenant, candidate)
     note = f"manual retry by {actor}" + (f": {reason}" if reason else "")
     if candidate.duplicate_risk:
@@ -144,6 +146,19 @@ def _check_retryable(candidate: job_store.RetryCandidate, accept_duplicate_risk:
             f"version {candidate.latest_version} of this resource was submitted since; its result would be stale",
             reason="NEWER_VERSION_EXISTS",
             metadata={"latest_version": str(candidate.latest_version)},
+        )
+
+
+async def _check_singleton_free(conn: Connection, tenant: TenantId, singleton_key: str) -> None:
+    """A singleton is reopened only while no other job with its key is active (under the key's lock, as
+    submissions of it decide)."""
+    await job_store.lock_key(conn, "singleton", tenant, singleton_key)
+    active = await job_store.active_singleton(conn, tenant, singleton_key)
+    if active is not None:
+        raise FailedPrecondition(
+            f"job {active.job_id} with this singleton_key is {active.state.value}; it must end first",
+            reason="SINGLETON_ACTIVE",
+            metadata={"job_id": active.job_id},
         )
 
 

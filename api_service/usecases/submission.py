@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from api_service.metrics import SubmissionMetrics
@@ -201,6 +202,9 @@ class SubmissionService:
             existing = await job_store.get_by_idempotency_key(conn, tenant, job.idempotency_key)
             if existing is not None:
                 return _replay(*existing, digest), []
+        answered = await _singleton_or_debounced(conn, tenant, job)
+        if answered is not None:
+            return SubmitOutcome(answered, False), []
         dedupe_digest = input_digest(job) if job.dedupe_by_input else None
         if dedupe_digest is not None:
             await job_store.lock_input(conn, tenant, job, dedupe_digest)
@@ -213,6 +217,12 @@ class SubmissionService:
                 raise ResourceDeleted(
                     f"versions up to {deleted_version} of this resource were deleted; submit a higher version"
                 )
+        # Before the dependencies are share-locked: the end of a sequence's holder, which locks that job
+        # first, may be one of them.
+        sequence_held = False
+        if job.sequence_key is not None:
+            await job_store.lock_key(conn, "sequence", tenant, job.sequence_key)
+            sequence_held = await job_store.hold_sequence(conn, tenant, job.sequence_key)
         # Checked on every path that stores or attaches, superseded or not: an id that names no job of
         # this tenant is refused the same way wherever the submission would end up.
         dependencies = await _dependency_states(conn, tenant, job, prefix) if job.depends_on else {}
@@ -253,6 +263,9 @@ class SubmissionService:
         await scheduling_store.set_limit_keys(
             conn, tenant, created.job_id, scope_submission_keys(tenant, job.limit_keys)
         )
+        if job.sequence_key is not None:
+            await job_store.join_sequence(conn, tenant, created.job_id, job.sequence_key, held=sequence_held)
+            created = replace(created, sequence_key=job.sequence_key)
         superseded: list[JobId] = []
         if job.resource_key and (job.resource_version or 0) > latest_version:
             superseded = await job_store.advance_resource(
@@ -263,6 +276,19 @@ class SubmissionService:
                 actor=actor,
             )
         return SubmitOutcome(created, True), superseded
+
+
+async def _singleton_or_debounced(conn: Connection, tenant: TenantId, job: NewJob) -> Job | None:
+    """The job a singleton or debounced submission answers with instead of a new one: the key's active
+    singleton, or its open debounced job given this payload. Under the key's lock until commit, so racing
+    submissions of one key agree on one job."""
+    if job.singleton_key is not None:
+        await job_store.lock_key(conn, "singleton", tenant, job.singleton_key)
+        return await job_store.active_singleton(conn, tenant, job.singleton_key)
+    if job.debounce is not None:
+        await job_store.lock_key(conn, "debounce", tenant, job.debounce.key)
+        return await job_store.collapse_debounced(conn, tenant, job)
+    return None
 
 
 class _TenantScope:
@@ -323,6 +349,9 @@ def _is_plain(job: NewJob) -> bool:
         and not job.depends_on
         and not job.dedupe_by_input
         and not job.limit_keys
+        and job.sequence_key is None
+        and job.singleton_key is None
+        and job.debounce is None
     )
 
 

@@ -25,6 +25,8 @@ def request_digest(job: NewJob) -> bytes:
     }
     if job.limit_keys:  # only when given, so digests stored before limit keys existed still match
         canonical["limit_keys"] = list(job.limit_keys)
+    if job.sequence_key is not None:  # likewise
+        canonical["sequence_key"] = job.sequence_key
     encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).digest()
 

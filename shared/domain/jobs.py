@@ -60,6 +60,16 @@ class JobError:
 
 
 @dataclass(frozen=True)
+class Debounce:
+    """Submissions with one key collapse into one job that runs with the latest payload once the key has
+    been quiet for `quiet_seconds`, or `max_wait_seconds` after the first of them at the latest."""
+
+    key: str
+    quiet_seconds: float
+    max_wait_seconds: float
+
+
+@dataclass(frozen=True)
 class NewJob:
     """A validated submission, ready to be stored."""
 
@@ -77,6 +87,10 @@ class NewJob:
     dedupe_by_input: bool = False
     # As the caller wrote them (`name` or `name@N`); scoped to the tenant when stored.
     limit_keys: tuple[str, ...] = ()
+    # Tenant-scoped keys: run one at a time in acceptance order; at most one active; collapse a burst.
+    sequence_key: str | None = None
+    singleton_key: str | None = None
+    debounce: Debounce | None = None
     # From the request's metadata, not its fields: not part of the request an idempotency key names.
     trace_context: TraceContext | None = None
 
@@ -109,6 +123,9 @@ class Job:
     checkpoints: tuple[Checkpoint, ...] = ()
     # Why a runnable job is not being started (a pause, a hold, a full limit); read for one job on request.
     waiting: WaitingReason | None = None
+    sequence_key: str | None = None
+    singleton_key: str | None = None
+    debounce_key: str | None = None
 
 
 @dataclass(frozen=True)

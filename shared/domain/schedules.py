@@ -267,6 +267,9 @@ _NOT_IN_TEMPLATE = {
     "resource_version": "has no meaning for a job submitted again and again",
     "depends_on": "has no meaning for a job submitted again and again",
     "dedupe_by_input": "cannot be combined with the fire's idempotency key",
+    "sequence_key": "is the schedule's overlap policy's to decide (buffer_one runs fires one after another)",
+    "singleton_key": "is the schedule's overlap policy's to decide (skip starts none while one runs)",
+    "debounce": "cannot collapse fires, each of which has its own time",
 }
 
 
@@ -296,6 +299,9 @@ def template_from_job(job: NewJob, prefix: str = "job.") -> JobTemplate:
         "resource_version": bool(job.resource_version),
         "depends_on": bool(job.depends_on),
         "dedupe_by_input": job.dedupe_by_input,
+        "sequence_key": job.sequence_key is not None,
+        "singleton_key": job.singleton_key is not None,
+        "debounce": job.debounce is not None,
     }
     violations = [
         FieldViolation(f"{prefix}{name}", f"cannot be set in a schedule's job: it {why}")

@@ -19,6 +19,8 @@ MAX_ATTEMPTS_LIMIT = 100
 KINDS_LISTED_MAX = 50
 # How long a SUCCEEDED job still takes in an identical submission that asks for de-duplication.
 DEDUPE_WINDOW_SECONDS_DEFAULT = 600.0
+# The longest a debounced job waits, for quiet or in all.
+DEBOUNCE_WAIT_MAX_SECONDS = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,8 @@ class SubmissionLimits:
     max_kind_chars: int = 128
     max_idempotency_key_chars: int = 256
     max_resource_key_chars: int = 512
+    # sequence_key, singleton_key and debounce.key
+    max_job_key_chars: int = 256
     max_labels: int = 32
     max_label_key_chars: int = 63
     max_label_value_chars: int = 256
@@ -79,6 +83,7 @@ def validate_new_job(
         # A submission that attaches to another job stores no key, so a replay could not promise that job.
         v.add("dedupe_by_input", "cannot be combined with idempotency_key")
     _check_resource(v, job, limits)
+    _check_keyed(v, job, limits)
     _check_dependencies(v, job, limits)
     _check_labels(v, job.labels, limits)
     parse_submission_keys(job.limit_keys, v)
@@ -113,6 +118,42 @@ def _check_resource(v: ViolationCollector, job: NewJob, limits: SubmissionLimits
             v.add("resource_version", "must be at least 1 when resource_key is set")
     elif version != 0:
         v.add("resource_version", "must be 0 unless resource_key is set")
+
+
+def _check_keyed(v: ViolationCollector, job: NewJob, limits: SubmissionLimits) -> None:
+    """Sequence, singleton and debounce keys. A singleton or debounced submission may answer with another
+    submission's job, so, as with dedupe_by_input, it carries no idempotency key that a replay could hold to."""
+    for name, key in (("sequence_key", job.sequence_key), ("singleton_key", job.singleton_key)):
+        if key is not None:
+            _check_key(v, name, key, limits)
+    if job.debounce is not None:
+        _check_key(v, "debounce.key", job.debounce.key, limits)
+        quiet, longest = job.debounce.quiet_seconds, job.debounce.max_wait_seconds
+        if not 0 < quiet <= DEBOUNCE_WAIT_MAX_SECONDS:
+            v.add("debounce.quiet_seconds", f"must be more than 0 and at most {DEBOUNCE_WAIT_MAX_SECONDS:.0f}")
+        if not quiet <= longest <= DEBOUNCE_WAIT_MAX_SECONDS:
+            v.add(
+                "debounce.max_wait_seconds",
+                f"must be at least quiet_seconds and at most {DEBOUNCE_WAIT_MAX_SECONDS:.0f}",
+            )
+    collapsing = [
+        name
+        for name, given in (("singleton_key", job.singleton_key is not None), ("debounce", job.debounce is not None))
+        if given
+    ]
+    for name in collapsing:
+        if job.idempotency_key is not None:
+            v.add(name, "cannot be combined with idempotency_key: the answer may be another submission's job")
+        if job.dedupe_by_input:
+            v.add(name, "cannot be combined with dedupe_by_input")
+    if len(collapsing) == 2:
+        v.add("debounce", "cannot be combined with singleton_key")
+
+
+def _check_key(v: ViolationCollector, name: str, key: str, limits: SubmissionLimits) -> None:
+    if not key:
+        v.add(name, "must not be empty")
+    check_text(v, name, key, limits.max_job_key_chars)
 
 
 def _check_dependencies(v: ViolationCollector, job: NewJob, limits: SubmissionLimits) -> None:

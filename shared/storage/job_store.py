@@ -76,6 +76,9 @@ def job_from_row(row: dict[str, Any]) -> Job:
         idempotency_key=row["idempotency_key"],
         depends_on=tuple(JobId(str(d)) for d in row["depends_on"]),
         labels=labels if isinstance(labels, dict) else json.loads(labels),
+        sequence_key=row.get("sequence_key"),
+        singleton_key=row.get("singleton_key"),
+        debounce_key=row.get("debounce_key"),
     )
 
 
@@ -108,6 +111,10 @@ async def insert_job(conn: Connection, new: NewJob, params: InsertParams) -> Job
             "traceparent": new.trace_context.traceparent if new.trace_context else None,
             "tracestate": new.trace_context.tracestate if new.trace_context else None,
             "waits_for_manual_retry": params.waits_for_manual_retry,
+            "singleton_key": new.singleton_key,
+            "debounce_key": new.debounce.key if new.debounce else None,
+            "debounce_quiet_seconds": new.debounce.quiet_seconds if new.debounce else None,
+            "debounce_max_wait_seconds": new.debounce.max_wait_seconds if new.debounce else None,
         },
     )
     row = await cur.fetchone()
@@ -238,6 +245,7 @@ class RetryCandidate:
     duplicate_risk: bool
     # The highest version of the job's resource that was deleted (0 when none was).
     deleted_version: int = 0
+    singleton_key: str | None = None
 
 
 async def lock_for_retry(conn: Connection, tenant: TenantId, job_id: JobId) -> RetryCandidate | None:
@@ -257,6 +265,7 @@ async def lock_for_retry(conn: Connection, tenant: TenantId, job_id: JobId) -> R
         tuple(JobId(str(d)) for d in row["depends_on"]),
         row["duplicate_risk"],
         head["deleted_version"] if head else 0,
+        row["singleton_key"],
     )
 
 
@@ -322,6 +331,51 @@ async def result_for_version(
         row["result_created_at"],
     )
     return job, result
+
+
+async def lock_key(conn: Connection, what: str, tenant: TenantId, key: str) -> None:
+    """Holds one of the tenant's `sequence`, `singleton` or `debounce` keys until commit."""
+    await conn.execute(queries.JOB_KEY_LOCK, {"what": what, "tenant": tenant, "key": key})
+
+
+async def hold_sequence(conn: Connection, tenant: TenantId, sequence_key: str) -> bool:
+    """Whether a job still holds the sequence (the caller holds the sequence's lock); if one does, the first
+    such job is share-locked until commit, so that it cannot end unseen by a job about to join."""
+    cur = await conn.execute(
+        queries.JOB_SEQUENCE_HOLD, {"tenant": tenant, "sequence_key": sequence_key, "job_id": None}
+    )
+    return bool((await _only_row(cur))["held"])
+
+
+async def join_sequence(conn: Connection, tenant: TenantId, job_id: JobId, sequence_key: str, *, held: bool) -> None:
+    """Puts a just-stored job last in its sequence: waiting when `held` (hold_sequence), its head otherwise."""
+    await conn.execute(
+        queries.JOB_SEQUENCE_JOIN, {"tenant": tenant, "job_id": job_id, "sequence_key": sequence_key, "held": held}
+    )
+
+
+async def active_singleton(conn: Connection, tenant: TenantId, singleton_key: str) -> Job | None:
+    """The tenant's pending, retry-waiting, blocked or running job with this singleton key."""
+    cur = await conn.execute(queries.JOB_SINGLETON_ACTIVE, {"tenant": tenant, "singleton_key": singleton_key})
+    row = await cur.fetchone()
+    return job_from_row(row) if row else None
+
+
+async def collapse_debounced(conn: Connection, tenant: TenantId, new: NewJob) -> Job | None:
+    """The tenant's open job of `new`'s debounce key, given `new`'s payload and a new quiet window; None when
+    no job of the key is open (pending and never claimed)."""
+    assert new.debounce is not None
+    cur = await conn.execute(
+        queries.JOB_DEBOUNCE_COLLAPSE,
+        {
+            "tenant": tenant,
+            "debounce_key": new.debounce.key,
+            "payload": new.payload,
+            "quiet_seconds": new.debounce.quiet_seconds,
+        },
+    )
+    row = await cur.fetchone()
+    return job_from_row(row) if row else None
 
 
 async def lock_input(conn: Connection, tenant: TenantId, new: NewJob, input_digest: bytes) -> None:

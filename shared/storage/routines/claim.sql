@@ -107,9 +107,10 @@ CREATE OR REPLACE FUNCTION jobs_claim_unpark(claim_limit integer) RETURNS void
 BEGIN
     WITH RECURSIVE waited_for AS (
         -- The keys jobs are parked behind: one index descent per key, however many wait behind it.
+        -- From after '': the jobs waiting for their turn in a sequence, which only their head's end releases.
         (SELECT j.parked_on AS key
          FROM jobs AS j
-         WHERE j.state IN ('pending', 'retry_wait') AND j.parked_on IS NOT NULL
+         WHERE j.state IN ('pending', 'retry_wait') AND j.parked_on > ''
          ORDER BY j.parked_on
          LIMIT 1)
         UNION ALL
@@ -231,7 +232,7 @@ BEGIN
            array_agg(h.priority ORDER BY h.kind, h.tenant), array_agg(h.run_after ORDER BY h.kind, h.tenant),
            max(h.priority),
            EXISTS (SELECT 1 FROM job_key_state AS k WHERE k.held_until > clock_timestamp()),
-           EXISTS (SELECT 1 FROM jobs AS j WHERE j.state IN ('pending', 'retry_wait') AND j.parked_on IS NOT NULL)
+           EXISTS (SELECT 1 FROM jobs AS j WHERE j.state IN ('pending', 'retry_wait') AND j.parked_on > '')
     INTO s.pair_kinds, s.pair_tenants, s.pair_priorities, pair_ages, s.priority, holds, parked
     FROM jobs_claim_heads(claim_kinds) AS h;
     IF parked OR holds THEN

@@ -1,5 +1,5 @@
 -- Limits by key: the keys a job carries, the token buckets of rate limits, holds on a pushed-back key, why a job waits.
--- after: 0033_claim_statements_merged
+-- after: 0039_sequences_singletons_debounce
 
 -- The keys a job carries: its kind, its tenant, the keys its kind declares, and its submission's own.
 CREATE OR REPLACE FUNCTION jobs_effective_keys(tenant text, kind text, kind_keys text[], own_keys text[]) RETURNS text[]
@@ -87,8 +87,8 @@ BEGIN
 END
 $$;
 
--- Why a runnable job waits, if it does: its kind paused, or the first of its keys held, full or out of
--- tokens. Nothing for another tenant's job.
+-- Why a runnable job waits, if it does: its turn in its sequence (the head halted, or still to end), its
+-- kind paused, or the first of its keys held, full or out of tokens. Nothing for another tenant's job.
 CREATE OR REPLACE FUNCTION jobs_waiting_reason(for_job uuid)
     RETURNS TABLE (reason text, key text)
     LANGUAGE sql STABLE SECURITY DEFINER
@@ -96,7 +96,8 @@ CREATE OR REPLACE FUNCTION jobs_waiting_reason(for_job uuid)
     AS $$
         WITH job AS (
             SELECT j.job_id, j.kind, jobs_effective_keys(j.tenant, j.kind, jk.limit_keys, j.limit_keys) AS keys,
-                   j.limit_keys AS own_keys, j.limit_key_bounds AS own_bounds
+                   j.limit_keys AS own_keys, j.limit_key_bounds AS own_bounds, j.tenant, j.sequence_key,
+                   j.parked_on = '' AS in_sequence_queue
             FROM jobs AS j LEFT JOIN job_kinds AS jk ON jk.kind = j.kind
             WHERE j.job_id = for_job AND jobs_tenant_visible(j.tenant)
               AND j.state IN ('pending', 'retry_wait') AND j.run_after <= clock_timestamp()
@@ -110,6 +111,19 @@ CREATE OR REPLACE FUNCTION jobs_waiting_reason(for_job uuid)
             WHERE j.state = 'running' AND rk IN (SELECT key FROM carried)
             GROUP BY rk
         ), reasons AS (
+            -- A job waiting in its sequence: halted when the sequence's first unfinished job failed or
+            -- its outcome is unknown.
+            SELECT -1 AS ord,
+                   CASE WHEN (SELECT h.state IN ('failed', 'outcome_unknown')
+                              FROM jobs AS h
+                              WHERE h.tenant = job.tenant AND h.sequence_key = job.sequence_key
+                                AND h.state NOT IN ('succeeded', 'cancelled', 'superseded')
+                              ORDER BY h.sequence_position
+                              LIMIT 1)
+                        THEN 'sequence_halted' ELSE 'sequence_waiting' END AS reason,
+                   job.sequence_key AS key
+            FROM job WHERE job.in_sequence_queue
+            UNION ALL
             SELECT 0 AS ord, 'kind_paused' AS reason, jobs_kind_key(job.kind) AS key
             FROM job WHERE EXISTS (SELECT 1 FROM kind_pauses AS p WHERE p.kind = job.kind)
             UNION ALL

@@ -7,18 +7,27 @@ INSERT INTO jobs (tenant, kind, state, payload, priority, run_after, deadline, m
                   backoff_base_seconds, backoff_cap_seconds, idempotency_key, request_digest, input_digest,
                   resource_key, resource_version, depends_on, labels, finished_at,
                   last_error_category, last_error_message, transition_actor, transition_reason,
-                  traceparent, tracestate, waits_for_manual_retry)
+                  traceparent, tracestate, waits_for_manual_retry, singleton_key, debounce_key, debounce_max_at)
 VALUES (%(tenant)s, %(kind)s, %(state)s::job_state, %(payload)s, %(priority)s,
-        coalesce(%(run_after)s::timestamptz, clock_timestamp()), %(deadline)s::timestamptz, %(max_attempts)s,
+        -- A debounced job waits for its quiet window (no longer than its longest wait), not before run_after.
+        CASE WHEN %(debounce_key)s::text IS NULL THEN coalesce(%(run_after)s::timestamptz, clock_timestamp())
+             ELSE greatest(coalesce(%(run_after)s::timestamptz, clock_timestamp()),
+                           clock_timestamp() + make_interval(secs => least(%(debounce_quiet_seconds)s::double precision,
+                                                                           %(debounce_max_wait_seconds)s::double precision)))
+        END,
+        %(deadline)s::timestamptz, %(max_attempts)s,
         %(max_attempts)s, %(backoff_base_seconds)s, %(backoff_cap_seconds)s, %(idempotency_key)s,
         %(request_digest)s, %(input_digest)s, %(resource_key)s, %(resource_version)s, %(depends_on)s::uuid[], %(labels)s::jsonb,
         CASE WHEN %(state)s::job_state IN ('failed', 'superseded') THEN clock_timestamp() END,
         %(error_category)s::error_category, %(error_message)s, %(actor)s, %(reason)s,
-        %(traceparent)s, %(tracestate)s, %(waits_for_manual_retry)s)
+        %(traceparent)s, %(tracestate)s, %(waits_for_manual_retry)s, %(singleton_key)s, %(debounce_key)s,
+        CASE WHEN %(debounce_key)s::text IS NOT NULL
+             THEN clock_timestamp() + make_interval(secs => %(debounce_max_wait_seconds)s::double precision) END)
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
           finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
+          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels,
+       sequence_key, singleton_key, debounce_key;
 
 -- name: job_insert_many
 -- Stores many plain submissions (no key, resource or dependencies) of one tenant in one statement.
@@ -81,11 +90,59 @@ WHERE tenant = %(tenant)s AND resource_key = %(resource_key)s AND resource_versi
   AND state IN ('pending', 'blocked', 'retry_wait', 'running')
 RETURNING job_id;
 
+-- name: job_key_lock
+-- Holds one of the tenant's sequence, singleton or debounce keys until commit: its submissions decide one
+-- after another (the sequence's releases and rejoins take the same lock).
+SELECT pg_advisory_xact_lock(jobs_key_lock_id(%(what)s, %(tenant)s, %(key)s));
+
+-- name: job_sequence_hold
+-- Whether a job of one of the tenant's sequences still holds it, share-locking the first such job until commit
+-- so that it cannot end unseen by a job joining the sequence. Taken under the sequence's lock.
+SELECT jobs_sequence_hold(%(tenant)s, %(sequence_key)s, %(job_id)s::uuid, false) AS held;
+
+-- name: job_sequence_join
+-- Puts one tenant's just-stored job last in its sequence: waiting (parked on '') while an earlier job holds
+-- the sequence, its head otherwise.
+UPDATE jobs AS n
+SET sequence_key = %(sequence_key)s,
+    sequence_position = nextval('jobs_sequence_position_seq'),
+    parked_on = CASE WHEN %(held)s AND n.state IN ('pending', 'blocked', 'retry_wait') THEN '' END
+WHERE n.tenant = %(tenant)s AND n.job_id = %(job_id)s::uuid;
+
+-- name: job_singleton_active
+-- One tenant's active job (pending, retry wait, blocked or running) with this singleton key, if any.
+SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
+       finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels,
+       sequence_key, singleton_key, debounce_key
+FROM jobs
+WHERE tenant = %(tenant)s AND singleton_key = %(singleton_key)s
+  AND state IN ('pending', 'retry_wait', 'blocked', 'running');
+
+-- name: job_debounce_collapse
+-- Gives one tenant's open debounced job (pending, never claimed) the latest payload and a new quiet window,
+-- no later than its longest wait. A job a claim took meanwhile is passed over (the lock's recheck).
+UPDATE jobs AS j
+SET payload = %(payload)s,
+    run_after = greatest(j.run_after, least(clock_timestamp() + make_interval(secs => %(quiet_seconds)s::double precision),
+                                            j.debounce_max_at))
+WHERE j.job_id = (SELECT o.job_id FROM jobs AS o
+                  WHERE o.tenant = %(tenant)s AND o.debounce_key = %(debounce_key)s
+                    AND o.state = 'pending' AND o.fencing_token = 0
+                  ORDER BY o.created_at
+                  LIMIT 1)
+  AND j.state = 'pending' AND j.fencing_token = 0
+RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
+          finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
+          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels,
+          sequence_key, singleton_key, debounce_key;
+
 -- name: job_get_by_idempotency_key
 -- The job an earlier submission with this key created, with the digest of that request.
 SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
        finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, request_digest
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels,
+       sequence_key, singleton_key, debounce_key, request_digest
 FROM jobs
 WHERE tenant = %(tenant)s AND idempotency_key = %(idempotency_key)s;
 
@@ -98,7 +155,8 @@ SELECT pg_advisory_xact_lock(%(lock_key)s);
 -- else the newest that succeeded within the window. Reads jobs_dedupe_input_idx only.
 SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
        finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels,
+       sequence_key, singleton_key, debounce_key
 FROM jobs
 WHERE tenant = %(tenant)s AND kind = %(kind)s AND input_digest = %(input_digest)s
   AND state IN ('pending', 'blocked', 'retry_wait', 'running', 'succeeded')
@@ -113,7 +171,8 @@ LIMIT 1;
 -- One job of one tenant; no row when it is absent or another tenant's.
 SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
        finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels,
+       sequence_key, singleton_key, debounce_key
 FROM jobs
 WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid;
 
@@ -121,7 +180,8 @@ WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid;
 -- A page of one tenant's jobs, newest first, after the cursor; fetches one extra row to detect more.
 SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
        finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels,
+       sequence_key, singleton_key, debounce_key
 FROM jobs
 WHERE tenant = %(tenant)s
   AND (cardinality(%(states)s::job_state[]) = 0 OR state = ANY (%(states)s::job_state[]))
@@ -430,7 +490,8 @@ WHERE j.job_id = d.job_id
 RETURNING j.job_id, j.tenant, j.kind, j.state, j.run_after, j.attempts, j.fencing_token;
 
 -- name: job_cancel
--- Cancels one tenant's unfinished job: at once unless running, where it asks the worker to stop.
+-- Cancels one tenant's unfinished job: at once unless running, where it asks the worker to stop. A FAILED
+-- job of a sequence, which halts it, can be cancelled too: the sequence goes on past it.
 UPDATE jobs
 SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
     cancel_requested = true,
@@ -439,10 +500,12 @@ SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
     transition_reason = CASE WHEN state = 'running' THEN 'cancel requested' ELSE 'cancelled' END
                         || CASE WHEN %(reason)s = '' THEN '' ELSE ': ' || %(reason)s END
 WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid
-  AND state IN ('pending', 'blocked', 'retry_wait', 'running', 'outcome_unknown')
+  AND (state IN ('pending', 'blocked', 'retry_wait', 'running', 'outcome_unknown')
+       OR (state = 'failed' AND sequence_key IS NOT NULL))
 RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
           finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
+          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels,
+       sequence_key, singleton_key, debounce_key;
 
 -- name: resource_head_lock_for_retry
 -- Locks the resource head of one tenant's job, before the job row as a submission of that key does, so a
@@ -457,7 +520,7 @@ FOR UPDATE OF h;
 -- One tenant's job with what a manual retry must check, locked until the retry commits. Its latest
 -- attempt's outcome is unknown when that attempt was classed so (whatever state it ended in, a cancel
 -- included) or left an external call unconfirmed, until a retry accepted that risk.
-SELECT j.job_id, j.state, j.resource_key, j.resource_version, j.depends_on,
+SELECT j.job_id, j.state, j.resource_key, j.resource_version, j.depends_on, j.singleton_key,
        j.state = 'outcome_unknown'
        OR ((j.last_error_category = 'outcome_unknown'
             OR EXISTS (SELECT 1 FROM job_receipts AS r
@@ -487,7 +550,8 @@ SET state = %(next_state)s::job_state,
 WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid AND state = %(expected_state)s::job_state
 RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
           finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
+          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels,
+       sequence_key, singleton_key, debounce_key;
 
 -- name: job_count_queued
 -- How many of one tenant's jobs wait to run (pending, retry wait, blocked), counting no further than the cap.

@@ -94,7 +94,7 @@ class JobError(_message.Message):
     def __init__(self, category: _Optional[_Union[ErrorCategory, str]] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "kind", "state", "attempts", "max_attempts", "created_at", "run_after", "started_at", "finished_at", "last_error", "cancel_requested", "resource_key", "resource_version", "sequence", "priority", "deadline", "depends_on", "labels", "idempotency_key", "fencing_token", "progress", "checkpoints", "waiting_reason", "waiting_for_key")
+    __slots__ = ("job_id", "kind", "state", "attempts", "max_attempts", "created_at", "run_after", "started_at", "finished_at", "last_error", "cancel_requested", "resource_key", "resource_version", "sequence", "priority", "deadline", "depends_on", "labels", "idempotency_key", "fencing_token", "progress", "checkpoints", "waiting_reason", "waiting_for_key", "sequence_key", "singleton_key", "debounce_key")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +126,9 @@ class Job(_message.Message):
     CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     WAITING_REASON_FIELD_NUMBER: _ClassVar[int]
     WAITING_FOR_KEY_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    SINGLETON_KEY_FIELD_NUMBER: _ClassVar[int]
+    DEBOUNCE_KEY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     kind: str
     state: JobState
@@ -150,7 +153,10 @@ class Job(_message.Message):
     checkpoints: _containers.RepeatedCompositeFieldContainer[StageCheckpoint]
     waiting_reason: str
     waiting_for_key: str
-    def __init__(self, job_id: _Optional[str] = ..., kind: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., attempts: _Optional[int] = ..., max_attempts: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[_Union[JobError, _Mapping]] = ..., cancel_requested: _Optional[bool] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., sequence: _Optional[int] = ..., priority: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., checkpoints: _Optional[_Iterable[_Union[StageCheckpoint, _Mapping]]] = ..., waiting_reason: _Optional[str] = ..., waiting_for_key: _Optional[str] = ...) -> None: ...
+    sequence_key: str
+    singleton_key: str
+    debounce_key: str
+    def __init__(self, job_id: _Optional[str] = ..., kind: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., attempts: _Optional[int] = ..., max_attempts: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., run_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[_Union[JobError, _Mapping]] = ..., cancel_requested: _Optional[bool] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., sequence: _Optional[int] = ..., priority: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., depends_on: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ..., fencing_token: _Optional[int] = ..., progress: _Optional[_Union[JobProgress, _Mapping]] = ..., checkpoints: _Optional[_Iterable[_Union[StageCheckpoint, _Mapping]]] = ..., waiting_reason: _Optional[str] = ..., waiting_for_key: _Optional[str] = ..., sequence_key: _Optional[str] = ..., singleton_key: _Optional[str] = ..., debounce_key: _Optional[str] = ...) -> None: ...
 
 class JobProgress(_message.Message):
     __slots__ = ("fraction", "message", "attempt", "updated_at")
@@ -179,7 +185,7 @@ class StageCheckpoint(_message.Message):
     def __init__(self, stage: _Optional[str] = ..., data: _Optional[bytes] = ..., attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., recorded_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("kind", "payload", "idempotency_key", "priority", "run_after", "max_attempts", "deadline", "resource_key", "resource_version", "depends_on", "labels", "dedupe_by_input", "limit_keys")
+    __slots__ = ("kind", "payload", "idempotency_key", "priority", "run_after", "max_attempts", "deadline", "resource_key", "resource_version", "depends_on", "labels", "dedupe_by_input", "limit_keys", "sequence_key", "singleton_key", "debounce")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +206,9 @@ class SubmitJobRequest(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     DEDUPE_BY_INPUT_FIELD_NUMBER: _ClassVar[int]
     LIMIT_KEYS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_KEY_FIELD_NUMBER: _ClassVar[int]
+    SINGLETON_KEY_FIELD_NUMBER: _ClassVar[int]
+    DEBOUNCE_FIELD_NUMBER: _ClassVar[int]
     kind: str
     payload: bytes
     idempotency_key: str
@@ -213,7 +222,20 @@ class SubmitJobRequest(_message.Message):
     labels: _containers.ScalarMap[str, str]
     dedupe_by_input: bool
     limit_keys: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, kind: _Optional[str] = ..., payload: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., priority: _Optional[int] = ..., run_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., depends_on: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., dedupe_by_input: _Optional[bool] = ..., limit_keys: _Optional[_Iterable[str]] = ...) -> None: ...
+    sequence_key: str
+    singleton_key: str
+    debounce: Debounce
+    def __init__(self, kind: _Optional[str] = ..., payload: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., priority: _Optional[int] = ..., run_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., depends_on: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., dedupe_by_input: _Optional[bool] = ..., limit_keys: _Optional[_Iterable[str]] = ..., sequence_key: _Optional[str] = ..., singleton_key: _Optional[str] = ..., debounce: _Optional[_Union[Debounce, _Mapping]] = ...) -> None: ...
+
+class Debounce(_message.Message):
+    __slots__ = ("key", "quiet_seconds", "max_wait_seconds")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    QUIET_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    quiet_seconds: float
+    max_wait_seconds: float
+    def __init__(self, key: _Optional[str] = ..., quiet_seconds: _Optional[float] = ..., max_wait_seconds: _Optional[float] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("job", "created")

@@ -1,0 +1,96 @@
+-- Sequences: one job of a key at a time, in acceptance order (migration 0039, docs/SEQUENCES.md).
+-- after: 0038_job_logs
+--
+-- Who waits for whom. Submissions to a sequence, and jobs of it reopened by a retry, take the sequence's
+-- advisory lock, so they decide one after another. The end of a head takes no such lock: a submission
+-- (or a reopening) that finds the sequence held instead share-locks the job holding it, so that job
+-- cannot end before the new one has committed, and its release then sees the new one.
+
+-- The advisory lock of one of a tenant's keys (`what`: sequence, singleton or debounce). Two keys sharing
+-- a lock only wait for each other, which is harmless.
+CREATE OR REPLACE FUNCTION jobs_key_lock_id(what text, of_tenant text, of_key text) RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT hashtextextended(what || ':' || length(of_tenant) || ':' || of_tenant || '/' || of_key, 39) $$;
+
+-- Whether a job other than `except_job` still holds the sequence; if one does, its first (by acceptance
+-- order, or only its head when `head_only`) is share-locked until commit. One that ends while this waits
+-- for its lock is passed over: each try reads what committed before it.
+CREATE OR REPLACE FUNCTION jobs_sequence_hold(of_tenant text, of_key text, except_job uuid, head_only boolean)
+    RETURNS boolean
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = public, pg_temp
+    AS $$
+DECLARE
+    holder uuid;
+BEGIN
+    LOOP
+        SELECT j.job_id INTO holder
+        FROM jobs AS j
+        WHERE j.tenant = of_tenant AND j.sequence_key = of_key
+          AND j.state NOT IN ('succeeded', 'cancelled', 'superseded')
+          AND j.job_id IS DISTINCT FROM except_job
+          AND (NOT head_only OR j.parked_on IS DISTINCT FROM '')
+        ORDER BY j.sequence_position
+        LIMIT 1;
+        IF holder IS NULL THEN
+            RETURN false;
+        END IF;
+        PERFORM 1 FROM jobs AS j
+        WHERE j.job_id = holder AND j.state NOT IN ('succeeded', 'cancelled', 'superseded')
+        FOR SHARE;
+        IF FOUND THEN
+            RETURN true;
+        END IF;
+        holder := NULL;
+    END LOOP;
+END
+$$;
+
+-- After the head of a sequence ended (or was deleted unfinished): the next job still holding the sequence,
+-- in acceptance order, becomes its head. A next job cancelled meanwhile is passed over for the one after
+-- it. Owned by the migrator: the next job may be FAILED (its deadline passed while it waited), which a
+-- worker's own rights cannot write.
+CREATE OR REPLACE FUNCTION jobs_sequence_release() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = public, pg_temp
+    AS $$
+DECLARE
+    after_position bigint := -1;
+    next_id uuid;
+    next_position bigint;
+BEGIN
+    LOOP
+        SELECT j.job_id, j.sequence_position INTO next_id, next_position
+        FROM jobs AS j
+        WHERE j.tenant = OLD.tenant AND j.sequence_key = OLD.sequence_key
+          AND j.state NOT IN ('succeeded', 'cancelled', 'superseded')
+          AND j.sequence_position > after_position AND j.job_id <> OLD.job_id
+        ORDER BY j.sequence_position
+        LIMIT 1;
+        EXIT WHEN next_id IS NULL;
+        UPDATE jobs AS j
+        SET parked_on = nullif(j.parked_on, '')
+        WHERE j.job_id = next_id AND j.state NOT IN ('succeeded', 'cancelled', 'superseded');
+        EXIT WHEN FOUND;
+        after_position := next_position;
+        next_id := NULL;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- A job of a sequence reopened (a retry): it waits again if another job of the sequence is its head.
+CREATE OR REPLACE FUNCTION jobs_sequence_rejoin() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path = public, pg_temp
+    AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(jobs_key_lock_id('sequence', NEW.tenant, NEW.sequence_key));
+    IF jobs_sequence_hold(NEW.tenant, NEW.sequence_key, NEW.job_id, true) THEN
+        NEW.parked_on := '';
+    ELSIF NEW.parked_on = '' THEN
+        NEW.parked_on := NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
