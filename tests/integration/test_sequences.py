@@ -20,6 +20,7 @@ from shared.domain.submission_rules import SubmissionLimits
 from shared.storage import lease_store, scheduling_store
 from shared.storage.database import Database
 from tests import factories
+from tests.conditions import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 A = factories.TENANT_DEFAULT
@@ -180,9 +181,11 @@ async def test_racing_claimers_never_run_two_jobs_of_one_sequence_and_keep_each_
     idle = asyncio.Event()
     claimers = [asyncio.create_task(_claim_and_finish(db, f"w{i}", random.Random(i), idle)) for i in range(4)]
     try:
-        async with asyncio.timeout(40):
-            while sync_db.one("SELECT count(*) AS n FROM jobs WHERE state <> 'succeeded'")["n"]:
-                await asyncio.sleep(0.05)
+        await wait_until(
+            lambda: sync_db.one("SELECT count(*) AS n FROM jobs WHERE state <> 'succeeded'")["n"] == 0,
+            within_seconds=40,
+            what="every job of every sequence succeeded",
+        )
     finally:
         idle.set()
         await asyncio.gather(*claimers)
