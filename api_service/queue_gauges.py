@@ -19,7 +19,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -49,6 +49,17 @@ class QueueSnapshot:
     limits: tuple[LimitRow, ...] = ()
     # Kinds an operator paused: their jobs wait on purpose, which alerts on waiting work must tell apart.
     paused_kinds: tuple[str, ...] = ()
+    # Per tenant (bounded as the depths are), its sequences halted by a FAILED or OUTCOME_UNKNOWN job.
+    halted_sequences: dict[str, int] = field(default_factory=dict)
+
+
+def fold_halted(halted: dict[str, int], snapshot: QueueSnapshot) -> dict[str, int]:
+    """Halted sequences under the tenant labels the snapshot names; the other tenants' summed as "other"."""
+    named = {tenant for tenant, _, _ in snapshot.depth} | {tenant for tenant, _ in snapshot.recently_failed}
+    folded: dict[str, int] = defaultdict(int)
+    for tenant, sequences in halted.items():
+        folded[tenant if tenant in named else OTHER_TENANT_LABEL] += sequences
+    return dict(folded)
 
 
 def fold_snapshot(rows: Iterable[QueueRow], tenant_limit: int) -> QueueSnapshot:
@@ -145,6 +156,11 @@ def _families(snapshot: QueueSnapshot | None, *, exporting: bool, age: float) ->
     paused = GaugeMetricFamily(
         "jobs_kind_paused", "1 for each kind an operator paused (PauseKind): its jobs wait on purpose.", labels=["kind"]
     )
+    halted = GaugeMetricFamily(
+        "jobs_sequences_halted",
+        "Sequences halted by a FAILED or OUTCOME_UNKNOWN job, waiting for it to be retried or cancelled.",
+        labels=["tenant"],
+    )
     snapshot_age = GaugeMetricFamily(
         "jobs_metrics_snapshot_age_seconds", "Time since the database gauges were last read.", value=max(age, 0.0)
     )
@@ -157,7 +173,9 @@ def _families(snapshot: QueueSnapshot | None, *, exporting: bool, age: float) ->
             failed.add_metric(list(kind_labels), failures)
         for kind in snapshot.paused_kinds:
             paused.add_metric([kind], 1)
-    return [exporter, depth, oldest, failed, *limit_families, paused, snapshot_age]
+        for tenant, sequences in sorted(snapshot.halted_sequences.items()):
+            halted.add_metric([tenant], sequences)
+    return [exporter, depth, oldest, failed, *limit_families, paused, halted, snapshot_age]
 
 
 def _limit_families(limits: Iterable[LimitRow]) -> list[Metric]:
@@ -241,12 +259,17 @@ class QueueGaugeRefresher:
         rows = await self._session.read_snapshot(failed_window_seconds=self._failed_window)
         limits = await self._session.read_limits()
         paused_kinds = await self._session.read_paused_kinds()
+        halted = await self._session.read_halted_sequences()
         if started < term_began + self._valid_seconds:
             return  # an earlier exporter's last snapshot may still be valid in its replica
         if not self._collector.exporting:
             log.info("this replica now exports the database gauges")
+        folded = fold_snapshot(rows, self._tenant_limit)
         snapshot = replace(
-            fold_snapshot(rows, self._tenant_limit), limits=tuple(limits), paused_kinds=tuple(paused_kinds)
+            folded,
+            limits=tuple(limits),
+            paused_kinds=tuple(paused_kinds),
+            halted_sequences=fold_halted(halted, folded),
         )
         self._collector.publish(snapshot, started, valid_until=started + self._valid_seconds)
 

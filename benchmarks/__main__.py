@@ -6,6 +6,7 @@ BENCH_REPEAT (rounds of the work-downs and PgQueuer runs, SubmitJob and no-op pa
 on and off pairs, 1; medians are reported), BENCH_IN_FLIGHT (SubmitJobs calls
 the work-down keeps in flight, and PgQueuer's producers enqueueing at once, 1), BENCH_PEER_PYTHON (the Python of
 the PgQueuer venv, .bench-venv/bin/python); the scheduling scenarios' sizes are in benchmarks/fairness.py.
+BENCH_SEQUENCES and BENCH_SEQUENCE_LENGTH size sequence_claim_cost (10000 and 10).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks import admin_bulk, claim_instructions, fairness, scenarios, versus_pgqueuer
+from benchmarks import admin_bulk, claim_instructions, fairness, scenarios, sequences, versus_pgqueuer
 from benchmarks.harness import durability_settings, fresh_database
 
 SCENARIOS = (
@@ -36,6 +37,7 @@ SCENARIOS = (
     "claim_1m",
     "overshoot",
     "admin_bulk",
+    "sequence_claim_cost",
 )
 FAIR_THROUGHPUT_PAIRS_MIN = 5
 
@@ -276,6 +278,19 @@ def _scheduling(only: set[str], figures: dict[str, Any], repeat: int) -> list[tu
                 f"p50 {claim['plain_p50_ms']:.1f} ms, p99 {claim['plain_p99_ms']:.1f} ms",
                 f"limited: p50 {claim['limited_p50_ms']:.1f} ms;"
                 f" {claim['plain_tenants_in_batch']:.0f} tenants per batch",
+            )
+        )
+    if "sequence_claim_cost" in only:
+        with fresh_database("seq_plain") as plain, fresh_database("seq_sequenced") as sequenced:
+            cost = sequences.claim_cost_with_sequences({"plain": plain, "sequenced": sequenced})
+        figures.update({f"sequence_claim_cost_{k}": v for k, v in cost.items()})
+        rows.append(
+            (
+                f"claim of 50, {cost['sequences']:,.0f} sequences of {cost['length']:.0f} pending",
+                f"p50 {cost['sequenced_claim_p50_ms']:.2f} vs {cost['plain_claim_p50_ms']:.2f} ms",
+                f"{cost['ratio']:.2f}x of the same jobs without sequences (target <= 1.15x); claim and complete"
+                f" {cost['sequenced_cycle_p50_ms']:.2f} vs {cost['plain_cycle_p50_ms']:.2f} ms"
+                f" ({cost['cycle_ratio']:.2f}x); {cost['claims']:.0f} interleaved claims each",
             )
         )
     if "overshoot" in only:

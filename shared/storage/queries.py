@@ -65,6 +65,7 @@ METRICS_EXPORTER_LOCK_TRY = _metrics.pop("metrics_exporter_lock_try")
 METRICS_QUEUE_SNAPSHOT = _metrics.pop("metrics_queue_snapshot")
 METRICS_LIMIT_SNAPSHOT = _metrics.pop("metrics_limit_snapshot")
 METRICS_KIND_PAUSES = _metrics.pop("metrics_kind_pauses")
+METRICS_SEQUENCES_HALTED = _metrics.pop("metrics_sequences_halted")
 
 SESSION_BEGIN = _session.pop("session_begin")
 SESSION_SCOPE_TENANT = _session.pop("session_scope_tenant")

@@ -114,6 +114,11 @@ class ExporterSession:
         rows = await self._read_proven(queries.METRICS_KIND_PAUSES)
         return [r["kind"] for r in rows if r["kind"] is not None]
 
+    async def read_halted_sequences(self) -> dict[str, int]:
+        """Per tenant, its sequences halted by a FAILED or OUTCOME_UNKNOWN job; with the lock's proof."""
+        rows = await self._read_proven(queries.METRICS_SEQUENCES_HALTED)
+        return {r["tenant"]: r["sequences"] for r in rows if r["tenant"] is not None}
+
     async def _read_proven(self, query: str, **params: object) -> list[DictRow]:
         """A statement whose first column, lock_held, proves the lock in the same snapshot."""
         if not self._holds_lock or self._conn is None:

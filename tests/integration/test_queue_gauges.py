@@ -279,6 +279,35 @@ async def test_a_paused_kind_is_exported_so_that_alerts_tell_a_pause_from_a_stal
         await replicas.close()
 
 
+async def test_sequences_halted_by_a_failed_job_are_exported_per_tenant(db, database_url, sync_db) -> None:
+    acme = TenantId("acme")
+    jobs = await factories.insert_jobs(db, 3, tenant=acme)
+    for job, key in zip(jobs, ("doc-a", "doc-a", "doc-b"), strict=True):
+        sync_db.execute(
+            "UPDATE jobs SET sequence_key = %s, state = 'failed', finished_at = now() WHERE job_id = %s",
+            (key, job.job_id),
+        )
+    clock = FakeClock()
+    replicas = Replicas(database_url, clock)
+    exporter = replicas.refreshers[0]
+    try:
+        await exporter.refresh_once()
+        clock.advance(VALID_SECONDS)
+        await exporter.refresh_once()
+        assert _scrape(replicas.collectors[0])["jobs_sequences_halted"] == {'{tenant="acme"}': 2.0}
+
+        sync_db.execute(
+            "UPDATE jobs SET state = 'cancelled', cancel_requested = true WHERE job_id = %s", (jobs[0].job_id,)
+        )
+        sync_db.execute(
+            "UPDATE jobs SET state = 'cancelled', cancel_requested = true WHERE job_id = %s", (jobs[1].job_id,)
+        )
+        await exporter.refresh_once()
+        assert _scrape(replicas.collectors[0])["jobs_sequences_halted"] == {'{tenant="acme"}': 1.0}
+    finally:
+        await replicas.close()
+
+
 def _scrape(collector: QueueGaugeCollector) -> dict[str, dict[str, float]]:
     """{metric: {labels: value}} as a scrape of a registry holding only `collector` shows them."""
     registry = CollectorRegistry()

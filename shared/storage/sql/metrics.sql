@@ -112,3 +112,23 @@ SELECT e.lock_held, p.kind
 FROM exporter AS e
 LEFT JOIN kind_pauses AS p ON e.lock_held
 ORDER BY p.kind;
+
+-- name: metrics_sequences_halted
+-- Per tenant, its sequences halted by a FAILED or OUTCOME_UNKNOWN job (waiting for a retry or a cancel); only with the exporter lock's proof read in the same statement.
+WITH exporter AS (
+    SELECT EXISTS (
+        SELECT 1 FROM pg_locks
+        WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+          AND classid = (%(lock_key)s::bigint >> 32)::oid
+          AND objid = (%(lock_key)s::bigint & 4294967295)::oid
+          AND objsubid = 1
+    ) AS lock_held
+), halted AS (
+    SELECT tenant, count(DISTINCT sequence_key) AS sequences
+    FROM jobs
+    WHERE sequence_key IS NOT NULL AND state IN ('failed', 'outcome_unknown')
+    GROUP BY tenant
+)
+SELECT e.lock_held, h.tenant, h.sequences
+FROM exporter AS e
+LEFT JOIN halted AS h ON e.lock_held;
