@@ -316,6 +316,28 @@ def _add_submit(command: Callable[..., argparse.ArgumentParser]) -> None:
         help="attach to an identical job (same kind, payload and resource) instead of running again; "
         "not with --idempotency-key",
     )
+    submit.add_argument(
+        "--sequence-key",
+        metavar="K",
+        default="",
+        help="run one at a time, in the order submitted, with your other jobs of this key; a FAILED one halts "
+        "the rest until it is retried or cancelled",
+    )
+    submit.add_argument(
+        "--singleton-key",
+        metavar="K",
+        default="",
+        help="while a job with this key is pending, blocked, retry-waiting or running, answer that job instead",
+    )
+    submit.add_argument(
+        "--debounce",
+        metavar="K",
+        default="",
+        help="collapse submissions with this key into one job that runs with the latest payload once the key "
+        "was quiet for --quiet-seconds, or --max-wait-seconds after the first at the latest",
+    )
+    submit.add_argument("--quiet-seconds", type=float, metavar="S", default=0.0, help="with --debounce")
+    submit.add_argument("--max-wait-seconds", type=float, metavar="S", default=0.0, help="with --debounce")
 
 
 def _add_submit_batch(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -430,7 +452,14 @@ def submit_request(args: argparse.Namespace, stdin: BinaryIO, now: datetime | No
     Spans (--run-after 10m) count from `now`, the same instant for both times."""
     if bool(args.resource_key) != bool(args.resource_version):
         raise UsageError("--resource-key and --resource-version go together")
+    if bool(args.debounce) != bool(args.quiet_seconds and args.max_wait_seconds):
+        raise UsageError("--debounce, --quiet-seconds and --max-wait-seconds go together")
     now = now or datetime.now(UTC)
+    debounce = (
+        jobs_pb2.Debounce(key=args.debounce, quiet_seconds=args.quiet_seconds, max_wait_seconds=args.max_wait_seconds)
+        if args.debounce
+        else None
+    )
     return jobs_pb2.SubmitJobRequest(
         kind=args.kind,
         payload=read_payload(args, stdin),
@@ -444,6 +473,9 @@ def submit_request(args: argparse.Namespace, stdin: BinaryIO, now: datetime | No
         resource_version=args.resource_version,
         depends_on=args.depends_on,
         dedupe_by_input=args.dedupe_by_input,
+        sequence_key=args.sequence_key,
+        singleton_key=args.singleton_key,
+        debounce=debounce,
     )
 
 

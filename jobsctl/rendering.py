@@ -76,6 +76,9 @@ def job_text(job: jobs_pb2.Job) -> str:
         ("depends_on", ", ".join(job.depends_on)),
         ("labels", ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items()))),
         ("idempotency_key", job.idempotency_key),
+        ("sequence_key", job.sequence_key),
+        ("singleton_key", job.singleton_key),
+        ("debounce_key", job.debounce_key),
         ("cancel_requested", "yes" if job.cancel_requested else ""),
         ("last_error", _error_text(job) if job.HasField("last_error") else ""),
         (

@@ -1149,31 +1149,97 @@ END
 $$;
 
 CREATE FUNCTION public.jobs_sequence_release() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    tenants text[];
+    keys text[];
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM new_rows AS n
+                   WHERE n.sequence_key IS NOT NULL AND n.state IN ('succeeded', 'cancelled', 'superseded')) THEN
+        RETURN NULL;
+    END IF;
+    SELECT array_agg(o.tenant), array_agg(o.sequence_key)
+    INTO tenants, keys
+    FROM old_rows AS o
+    JOIN new_rows AS n ON n.job_id = o.job_id
+    WHERE o.sequence_key IS NOT NULL AND o.parked_on IS DISTINCT FROM ''
+      AND o.state NOT IN ('succeeded', 'cancelled', 'superseded')
+      AND n.state IN ('succeeded', 'cancelled', 'superseded');
+    IF tenants IS NOT NULL THEN
+        PERFORM jobs_sequence_release_next(tenants, keys);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.jobs_sequence_release_deleted() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    tenants text[];
+    keys text[];
+BEGIN
+    SELECT array_agg(o.tenant), array_agg(o.sequence_key)
+    INTO tenants, keys
+    FROM old_rows AS o
+    WHERE o.sequence_key IS NOT NULL AND o.parked_on IS DISTINCT FROM ''
+      AND o.state NOT IN ('succeeded', 'cancelled', 'superseded');
+    IF tenants IS NOT NULL THEN
+        PERFORM jobs_sequence_release_next(tenants, keys);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION public.jobs_sequence_release_next(tenants text[], keys text[]) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
 DECLARE
-    after_position bigint := -1;
+    stalled record;
     next_id uuid;
-    next_position bigint;
 BEGIN
+    WITH ended AS (
+        SELECT DISTINCT e.tenant, e.key FROM unnest(tenants, keys) AS e(tenant, key)
+    ), next_jobs AS (
+        SELECT n.job_id
+        FROM ended AS e
+        CROSS JOIN LATERAL (SELECT j.job_id
+                            FROM jobs AS j
+                            WHERE j.tenant = e.tenant AND j.sequence_key = e.key
+                              AND j.state NOT IN ('succeeded', 'cancelled', 'superseded')
+                            ORDER BY j.sequence_position
+                            LIMIT 1) AS n
+    )
+    UPDATE jobs AS j
+    SET parked_on = NULL
+    FROM next_jobs AS n
+    WHERE j.job_id = n.job_id AND j.parked_on = '' AND j.state NOT IN ('succeeded', 'cancelled', 'superseded');
+    FOR stalled IN
+        SELECT DISTINCT e.tenant, e.key
+        FROM unnest(tenants, keys) AS e(tenant, key)
+        WHERE NOT EXISTS (SELECT 1 FROM jobs AS j
+                          WHERE j.tenant = e.tenant AND j.sequence_key = e.key
+                            AND j.state NOT IN ('succeeded', 'cancelled', 'superseded')
+                            AND j.parked_on IS DISTINCT FROM '')
     LOOP
-        SELECT j.job_id, j.sequence_position INTO next_id, next_position
-        FROM jobs AS j
-        WHERE j.tenant = OLD.tenant AND j.sequence_key = OLD.sequence_key
-          AND j.state NOT IN ('succeeded', 'cancelled', 'superseded')
-          AND j.sequence_position > after_position AND j.job_id <> OLD.job_id
-        ORDER BY j.sequence_position
-        LIMIT 1;
-        EXIT WHEN next_id IS NULL;
-        UPDATE jobs AS j
-        SET parked_on = nullif(j.parked_on, '')
-        WHERE j.job_id = next_id AND j.state NOT IN ('succeeded', 'cancelled', 'superseded');
-        EXIT WHEN FOUND;
-        after_position := next_position;
+        LOOP
+            SELECT j.job_id INTO next_id
+            FROM jobs AS j
+            WHERE j.tenant = stalled.tenant AND j.sequence_key = stalled.key
+              AND j.state NOT IN ('succeeded', 'cancelled', 'superseded')
+            ORDER BY j.sequence_position
+            LIMIT 1;
+            EXIT WHEN next_id IS NULL;
+            UPDATE jobs AS j
+            SET parked_on = NULL
+            WHERE j.job_id = next_id AND j.state NOT IN ('succeeded', 'cancelled', 'superseded');
+            EXIT WHEN FOUND;
+            next_id := NULL;
+        END LOOP;
         next_id := NULL;
     END LOOP;
-    RETURN NULL;
 END
 $$;
 
@@ -1863,9 +1929,9 @@ CREATE TRIGGER jobs_record_update AFTER UPDATE ON public.jobs REFERENCING OLD TA
 
 CREATE TRIGGER jobs_sequence_rejoin BEFORE UPDATE OF state ON public.jobs FOR EACH ROW WHEN (((new.sequence_key IS NOT NULL) AND (old.state = ANY (ARRAY['succeeded'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state, 'failed'::public.job_state, 'outcome_unknown'::public.job_state])) AND (new.state = ANY (ARRAY['pending'::public.job_state, 'blocked'::public.job_state, 'retry_wait'::public.job_state])))) EXECUTE FUNCTION public.jobs_sequence_rejoin();
 
-CREATE TRIGGER jobs_sequence_release AFTER UPDATE OF state ON public.jobs FOR EACH ROW WHEN (((old.sequence_key IS NOT NULL) AND (old.parked_on IS DISTINCT FROM ''::text) AND (old.state <> ALL (ARRAY['succeeded'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])) AND (new.state = ANY (ARRAY['succeeded'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])))) EXECUTE FUNCTION public.jobs_sequence_release();
+CREATE TRIGGER jobs_sequence_release AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_sequence_release();
 
-CREATE TRIGGER jobs_sequence_release_deleted AFTER DELETE ON public.jobs FOR EACH ROW WHEN (((old.sequence_key IS NOT NULL) AND (old.parked_on IS DISTINCT FROM ''::text) AND (old.state <> ALL (ARRAY['succeeded'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state])))) EXECUTE FUNCTION public.jobs_sequence_release();
+CREATE TRIGGER jobs_sequence_release_deleted AFTER DELETE ON public.jobs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_sequence_release_deleted();
 
 CREATE TRIGGER jobs_settle_dependents AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_settle_dependents();
 

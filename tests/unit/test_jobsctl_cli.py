@@ -739,3 +739,17 @@ def test_a_malformed_set_member_is_a_usage_error_before_any_call(member: str) ->
     args = ["--target", "127.0.0.1:1", "--token", "t", "sets", "submit", "lesson", "1", "--member", member]
     assert main(args, console) == 2
     assert "--member needs" in err.getvalue()
+
+
+def test_submit_carries_the_sequence_singleton_and_debounce_keys() -> None:
+    request = submit_request(
+        _parse("submit", "echo", "--sequence-key", "doc-7", "--singleton-key", "nightly"), io.BytesIO()
+    )
+    assert (request.sequence_key, request.singleton_key, request.HasField("debounce")) == ("doc-7", "nightly", False)
+    debounced = submit_request(
+        _parse("submit", "echo", "--debounce", "doc-7", "--quiet-seconds", "30", "--max-wait-seconds", "300"),
+        io.BytesIO(),
+    )
+    assert debounced.debounce == jobs_pb2.Debounce(key="doc-7", quiet_seconds=30, max_wait_seconds=300)
+    with pytest.raises(UsageError):
+        submit_request(_parse("submit", "echo", "--debounce", "doc-7"), io.BytesIO())

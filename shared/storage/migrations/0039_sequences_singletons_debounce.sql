@@ -5,7 +5,7 @@
 -- first job not yet SUCCEEDED, CANCELLED or SUPERSEDED) can be claimed; the others wait parked on '' (the
 -- empty key, which no key's room ever takes back), out of the index the claim walks, so that a long
 -- sequence costs the claim nothing. The head's end releases the next in the same transaction
--- (jobs_sequence_release); a FAILED or OUTCOME_UNKNOWN head is no end: it halts the sequence until it is
+-- (jobs_sequence_release_next); a FAILED or OUTCOME_UNKNOWN head is no end: it halts the sequence until it is
 -- retried or cancelled. A job of a sequence that comes back from an end (a retry) waits again behind the
 -- head, if there is one (jobs_sequence_rejoin). Submissions, releases and rejoins of one sequence take
 -- its advisory lock (jobs_sequence_lock_key), so they decide one after another.
@@ -33,18 +33,14 @@ CREATE UNIQUE INDEX jobs_singleton_active_idx ON jobs (tenant, singleton_key)
 CREATE INDEX jobs_debounce_open_idx ON jobs (tenant, debounce_key)
     WHERE debounce_key IS NOT NULL AND state = 'pending' AND fencing_token = 0;
 
-CREATE TRIGGER jobs_sequence_release AFTER UPDATE OF state ON jobs
-    FOR EACH ROW
-    WHEN (OLD.sequence_key IS NOT NULL AND OLD.parked_on IS DISTINCT FROM ''
-          AND OLD.state NOT IN ('succeeded', 'cancelled', 'superseded')
-          AND NEW.state IN ('succeeded', 'cancelled', 'superseded'))
-    EXECUTE FUNCTION jobs_sequence_release();
+-- Per statement, so that a batch of completions releases the next jobs of its sequences in one statement.
+CREATE TRIGGER jobs_sequence_release AFTER UPDATE ON jobs
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_sequence_release();
 
 CREATE TRIGGER jobs_sequence_release_deleted AFTER DELETE ON jobs
-    FOR EACH ROW
-    WHEN (OLD.sequence_key IS NOT NULL AND OLD.parked_on IS DISTINCT FROM ''
-          AND OLD.state NOT IN ('succeeded', 'cancelled', 'superseded'))
-    EXECUTE FUNCTION jobs_sequence_release();
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_sequence_release_deleted();
 
 CREATE TRIGGER jobs_sequence_rejoin BEFORE UPDATE OF state ON jobs
     FOR EACH ROW
@@ -58,6 +54,8 @@ BEGIN
     IF pg_has_role(current_user, 'jobs_migrator', 'MEMBER') THEN
         ALTER SEQUENCE jobs_sequence_position_seq OWNER TO jobs_migrator;
         ALTER FUNCTION jobs_sequence_release() OWNER TO jobs_migrator;
+        ALTER FUNCTION jobs_sequence_release_deleted() OWNER TO jobs_migrator;
+        ALTER FUNCTION jobs_sequence_release_next(text[], text[]) OWNER TO jobs_migrator;
         ALTER FUNCTION jobs_sequence_rejoin() OWNER TO jobs_migrator;
     END IF;
 END $$;
