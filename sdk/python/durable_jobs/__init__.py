@@ -33,13 +33,14 @@ from durable_jobs.records import Checkpoint, ErrorCategory, Receipt
 
 if TYPE_CHECKING:
     from durable_jobs.client import AsyncClient, Client
-    from durable_jobs.jobs import Job, JobError, JobLogLine, JobState, Progress, Submission, Tls
+    from durable_jobs.jobs import Debounce, Job, JobError, JobLogLine, JobState, Progress, Submission, Tls
 
 __all__ = [
     "AsyncClient",
     "Checkpoint",
     "CheckpointRefused",
     "Client",
+    "Debounce",
     "ErrorCategory",
     "Executor",
     "FencingToken",
@@ -69,6 +70,7 @@ __all__ = [
 _LAZY = {
     "AsyncClient": "durable_jobs.client",
     "Client": "durable_jobs.client",
+    "Debounce": "durable_jobs.jobs",
     "Job": "durable_jobs.jobs",
     "JobError": "durable_jobs.jobs",
     "JobLogLine": "durable_jobs.jobs",

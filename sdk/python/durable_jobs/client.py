@@ -150,7 +150,8 @@ class Client:
         `dedupe_by_input`, the input names one). `payload` is bytes, a str (UTF-8) or a JSON value (a
         dict, a list, a dataclass). `fields` are Submission's: idempotency_key, priority, run_after and
         deadline (an aware datetime or a timedelta from now), max_attempts, resource_key,
-        resource_version, depends_on, labels, limit_keys, dedupe_by_input."""
+        resource_version, depends_on, labels, limit_keys, dedupe_by_input, sequence_key, singleton_key,
+        debounce (a Debounce)."""
         request = _submit_request(kind, payload, fields)
         response = self._idempotent(self._stub.SubmitJob, request, timeout)
         return Job.from_proto(response.job)

@@ -92,6 +92,9 @@ class Job:
     waiting_reason: str
     waiting_for_key: str
     proto: jobs_pb2.Job = field(repr=False, compare=False)
+    sequence_key: str = ""
+    singleton_key: str = ""
+    debounce_key: str = ""
 
     @classmethod
     def from_proto(cls, job: jobs_pb2.Job) -> Job:
@@ -120,6 +123,9 @@ class Job:
             waiting_reason=job.waiting_reason,
             waiting_for_key=job.waiting_for_key,
             proto=job,
+            sequence_key=job.sequence_key,
+            singleton_key=job.singleton_key,
+            debounce_key=job.debounce_key,
         )
 
 
@@ -188,6 +194,16 @@ class Tls:
 
 
 @dataclass(frozen=True)
+class Debounce:
+    """Collapse submissions with `key` into one job, run with the latest payload once the key was quiet
+    for `quiet_seconds`, or `max_wait_seconds` after the first at the latest."""
+
+    key: str
+    quiet_seconds: float
+    max_wait_seconds: float
+
+
+@dataclass(frozen=True)
 class Submission:
     """One job of `submit_many`: the same arguments as `submit`, as a value."""
 
@@ -204,12 +220,16 @@ class Submission:
     labels: Mapping[str, str] = field(default_factory=dict)
     limit_keys: Sequence[str] = ()
     dedupe_by_input: bool = False
+    sequence_key: str = ""
+    singleton_key: str = ""
+    debounce: Debounce | None = None
 
     def request(self, now: datetime | None = None) -> jobs_pb2.SubmitJobRequest:
-        """The request, with an idempotency key made when none was given (unless the input itself is the
-        key, `dedupe_by_input`), so that resubmitting after a lost answer names the same job."""
+        """The request, with an idempotency key made when none was given (unless the answer may be another
+        submission's job: `dedupe_by_input`, `singleton_key`, `debounce`), so that resubmitting after a lost
+        answer names the same job."""
         key = self.idempotency_key
-        if key is None and not self.dedupe_by_input:
+        if key is None and not (self.dedupe_by_input or self.singleton_key or self.debounce):
             key = f"sdk:{uuid.uuid4()}"
         request = jobs_pb2.SubmitJobRequest(
             kind=self.kind,
@@ -223,7 +243,17 @@ class Submission:
             labels=dict(self.labels),
             limit_keys=list(self.limit_keys),
             dedupe_by_input=self.dedupe_by_input,
+            sequence_key=self.sequence_key,
+            singleton_key=self.singleton_key,
         )
+        if self.debounce is not None:
+            request.debounce.CopyFrom(
+                jobs_pb2.Debounce(
+                    key=self.debounce.key,
+                    quiet_seconds=self.debounce.quiet_seconds,
+                    max_wait_seconds=self.debounce.max_wait_seconds,
+                )
+            )
         now = now or datetime.now(UTC)
         for name, value in (("run_after", self.run_after), ("deadline", self.deadline)):
             if value is not None:
