@@ -98,6 +98,8 @@ _WAITING_TEXT = {
     "key_held": "a provider pushed back: {key} is held",
     "limit_running": "{key} runs its maximum number of jobs",
     "limit_rate": "{key} has spent its start rate for now",
+    "sequence_waiting": "an earlier job of sequence {key} has not ended",
+    "sequence_halted": "sequence {key} is halted: an earlier job failed; retry or cancel it",
 }
 
 

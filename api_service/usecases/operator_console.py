@@ -33,6 +33,8 @@ DEPENDENTS_PAGE_SIZE = 100
 _MAY_BE_HELD = frozenset({JobState.PENDING, JobState.RETRY_WAIT})
 # The page shows the start of a long handler log; `jobsctl logs` reads all of it.
 LOG_LINES_SHOWN_MAX = 500
+# The head of a sequence's queue shown on the page of one of its jobs.
+SEQUENCE_QUEUE_SHOWN_MAX = 50
 FAILED_WINDOW_SECONDS_DEFAULT = 3600.0
 
 
@@ -69,6 +71,11 @@ class OperatorReads:
             logs = await log_store.list_lines(
                 conn, job.tenant, job_id, attempt=0, after=LogPosition(), limit=LOG_LINES_SHOWN_MAX
             )
+            queue = []
+            if job.sequence_key is not None:
+                queue = await operator_store.sequence_queue(
+                    conn, job.tenant, job.sequence_key, limit=SEQUENCE_QUEUE_SHOWN_MAX + 1
+                )
         more = len(dependents) > DEPENDENTS_PAGE_SIZE
         shown = dependents[:DEPENDENTS_PAGE_SIZE]
         return dataclasses.replace(
@@ -83,6 +90,8 @@ class OperatorReads:
             checkpoints=checkpoints,
             progress=progress,
             logs=tuple(logs),
+            sequence_queue=tuple(queue[:SEQUENCE_QUEUE_SHOWN_MAX]),
+            sequence_queue_more=len(queue) > SEQUENCE_QUEUE_SHOWN_MAX,
         )
 
 

@@ -78,6 +78,10 @@ class JobDetail:
     progress: Progress | None = None
     # What its handlers logged, oldest first, the first LOG_LINES_SHOWN_MAX of them.
     logs: tuple[JobLogLine, ...] = ()
+    # For a job of a sequence: the jobs still holding it, its head first (the first of them), and whether
+    # more wait than are shown.
+    sequence_queue: tuple[Relative, ...] = ()
+    sequence_queue_more: bool = False
 
     @property
     def version(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.domain.ids import JobId
+from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import JobState
 from shared.domain.operator_views import JobDetail, Preview, QueueLine, Relative
 from shared.storage import queries
@@ -44,6 +44,14 @@ async def get_job_detail(conn: Connection, job_id: JobId, *, preview_bytes: int)
 async def dependencies(conn: Connection, depends_on: tuple[JobId, ...]) -> list[Relative]:
     """The jobs one job waits for: at most a submission's dependency bound."""
     cur = await conn.execute(queries.OPERATOR_JOB_DEPENDENCIES, {"depends_on": list(depends_on)})
+    return [_relative(r) for r in await cur.fetchall()]
+
+
+async def sequence_queue(conn: Connection, tenant: TenantId, sequence_key: str, *, limit: int) -> list[Relative]:
+    """Up to `limit` of the jobs still holding a tenant's sequence, its head first."""
+    cur = await conn.execute(
+        queries.OPERATOR_SEQUENCE_QUEUE, {"tenant": tenant, "sequence_key": sequence_key, "limit": limit}
+    )
     return [_relative(r) for r in await cur.fetchall()]
 
 

@@ -227,3 +227,17 @@ def test_a_job_page_pages_its_dependents_and_says_why_a_pending_job_waits(
     client.post("/kinds/pause", {"kind": "echo", "reason": "provider down", "csrf_token": client.csrf_token("/kinds")})
     waiting = client.get(f"/jobs/{parent}").body
     assert "Waits because" in waiting and "its kind is paused by an operator (kind:echo) [kind_paused]" in waiting
+
+
+def test_a_job_page_shows_its_sequences_queue_and_why_it_waits(service_stack: ServiceStack, console: str) -> None:
+    acme = service_stack.tenant("acme")
+    ids = [acme.submit("echo", f"stage {i}".encode(), sequence_key="doc-7").job.job_id for i in range(3)]
+    body = signed_in(console).get(f"/jobs/{ids[1]}").body
+
+    assert "<h2>Sequence doc-7</h2>" in body
+    queue = body[
+        body.index("<h2>Sequence doc-7</h2>") : body.index("</section>", body.index("<h2>Sequence doc-7</h2>"))
+    ]
+    assert queue.index(ids[0][-8:]) < queue.index(ids[1][-8:]) < queue.index(ids[2][-8:])
+    assert "(this job)" in queue
+    assert "an earlier job of sequence doc-7 has not ended [sequence_waiting]" in body
