@@ -141,3 +141,26 @@ def test_a_schedules_job_refuses_each_keyed_field_by_name(fields):
         template_from_job(factories.new_job(**fields))
     (name,) = fields
     assert [v.field for v in refused.value.violations] == [f"job.{name}"]
+
+
+async def test_a_batch_decides_its_keyed_items_in_request_order(db, sync_db):
+    service = await _service(db)
+    outcomes = await service.submit_many(
+        A,
+        "tenant:a",
+        [
+            factories.new_job(sequence_key="doc"),
+            factories.new_job(singleton_key="k"),
+            factories.new_job(sequence_key="doc"),
+            factories.new_job(singleton_key="k", payload=b"other"),
+            factories.new_job(debounce=Debounce("d", 30, 60), payload=b"first"),
+            factories.new_job(debounce=Debounce("d", 30, 60), payload=b"last"),
+        ],
+    )
+    first, single, second, single_again, debounced, debounced_again = outcomes
+    assert (single_again.job.job_id, single_again.created) == (single.job.job_id, False)
+    assert (debounced_again.job.job_id, debounced_again.created) == (debounced.job.job_id, False)
+    assert bytes(sync_db.job(debounced.job.job_id)["payload"]) == b"last"
+    assert [sync_db.job(o.job.job_id)["parked_on"] for o in (first, second)] == [None, ""]
+    claimed = {c.job_id for c in await factories.claim(db, limit=10)}
+    assert claimed == {first.job.job_id, single.job.job_id}
