@@ -160,13 +160,19 @@ class SubmissionService:
             )
             for index, stored in zip(indexes, inserted, strict=True):
                 results[index] = (SubmitOutcome(stored, True), [])
-        for index, (tenant, actor, new_job) in enumerate(requests):
-            if index not in results:
-                await scope.enter(tenant)
-                try:
-                    results[index] = await self._submit_one(conn, tenant, actor, new_job, "")
-                except JobsError as error:
-                    results[index] = error
+        # The keyed ones in the order of their keys' locks (stable: one key's submissions keep theirs), so
+        # that two groups sharing keys take their locks in the same order.
+        keyed_order = sorted(
+            (index for index in range(len(requests)) if index not in results),
+            key=lambda index: _lock_order(requests[index][0], requests[index][2]),
+        )
+        for index in keyed_order:
+            tenant, actor, new_job = requests[index]
+            await scope.enter(tenant)
+            try:
+                results[index] = await self._submit_one(conn, tenant, actor, new_job, "")
+            except JobsError as error:
+                results[index] = error
         return [results[index] for index in range(len(requests))]
 
     def _plain_insert(self, job: NewJob) -> job_store.PlainInsert:
@@ -289,6 +295,12 @@ async def _singleton_or_debounced(conn: Connection, tenant: TenantId, job: NewJo
         await job_store.lock_key(conn, "debounce", tenant, job.debounce.key)
         return await job_store.collapse_debounced(conn, tenant, job)
     return None
+
+
+def _lock_order(tenant: TenantId, job: NewJob) -> tuple[str, str, str, str]:
+    """The first key lock a submission takes (singleton or debounce, then its sequence's), as a sort key."""
+    first = job.singleton_key or (job.debounce.key if job.debounce else "")
+    return (tenant, first, job.sequence_key or "", job.resource_key or "")
 
 
 class _TenantScope:
