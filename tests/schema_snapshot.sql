@@ -1155,36 +1155,22 @@ DECLARE
     tenants text[];
     keys text[];
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM new_rows AS n
-                   WHERE n.sequence_key IS NOT NULL AND n.state IN ('succeeded', 'cancelled', 'superseded')) THEN
-        RETURN NULL;
+    IF TG_OP = 'DELETE' THEN
+        SELECT array_agg(o.tenant), array_agg(o.sequence_key)
+        INTO tenants, keys
+        FROM old_rows AS o
+        WHERE o.sequence_key IS NOT NULL AND o.parked_on IS DISTINCT FROM ''
+          AND o.state NOT IN ('succeeded', 'cancelled', 'superseded');
+    ELSIF EXISTS (SELECT 1 FROM new_rows AS n
+                  WHERE n.sequence_key IS NOT NULL AND n.state IN ('succeeded', 'cancelled', 'superseded')) THEN
+        SELECT array_agg(o.tenant), array_agg(o.sequence_key)
+        INTO tenants, keys
+        FROM old_rows AS o
+        JOIN new_rows AS n ON n.job_id = o.job_id
+        WHERE o.sequence_key IS NOT NULL AND o.parked_on IS DISTINCT FROM ''
+          AND o.state NOT IN ('succeeded', 'cancelled', 'superseded')
+          AND n.state IN ('succeeded', 'cancelled', 'superseded');
     END IF;
-    SELECT array_agg(o.tenant), array_agg(o.sequence_key)
-    INTO tenants, keys
-    FROM old_rows AS o
-    JOIN new_rows AS n ON n.job_id = o.job_id
-    WHERE o.sequence_key IS NOT NULL AND o.parked_on IS DISTINCT FROM ''
-      AND o.state NOT IN ('succeeded', 'cancelled', 'superseded')
-      AND n.state IN ('succeeded', 'cancelled', 'superseded');
-    IF tenants IS NOT NULL THEN
-        PERFORM jobs_sequence_release_next(tenants, keys);
-    END IF;
-    RETURN NULL;
-END
-$$;
-
-CREATE FUNCTION public.jobs_sequence_release_deleted() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    tenants text[];
-    keys text[];
-BEGIN
-    SELECT array_agg(o.tenant), array_agg(o.sequence_key)
-    INTO tenants, keys
-    FROM old_rows AS o
-    WHERE o.sequence_key IS NOT NULL AND o.parked_on IS DISTINCT FROM ''
-      AND o.state NOT IN ('succeeded', 'cancelled', 'superseded');
     IF tenants IS NOT NULL THEN
         PERFORM jobs_sequence_release_next(tenants, keys);
     END IF;
@@ -1931,7 +1917,7 @@ CREATE TRIGGER jobs_sequence_rejoin BEFORE UPDATE OF state ON public.jobs FOR EA
 
 CREATE TRIGGER jobs_sequence_release AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_sequence_release();
 
-CREATE TRIGGER jobs_sequence_release_deleted AFTER DELETE ON public.jobs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_sequence_release_deleted();
+CREATE TRIGGER jobs_sequence_release_deleted AFTER DELETE ON public.jobs REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_sequence_release();
 
 CREATE TRIGGER jobs_settle_dependents AFTER UPDATE ON public.jobs REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.jobs_settle_dependents();
 

@@ -260,16 +260,22 @@ async def test_a_snapshot_read_without_the_lock_is_never_published(db, database_
         await replicas.close()
 
 
-async def test_a_paused_kind_is_exported_so_that_alerts_tell_a_pause_from_a_stall(db, database_url, sync_db) -> None:
-    await factories.insert_jobs(db, 1, tenant=TenantId("acme"))
-    factories.pause_kind(sync_db, "echo")
+async def _exporting(database_url: str) -> tuple[Replicas, QueueGaugeRefresher]:
+    """Replicas whose first exports, once its term's wait has passed on a fake clock."""
     clock = FakeClock()
     replicas = Replicas(database_url, clock)
     exporter = replicas.refreshers[0]
+    await exporter.refresh_once()
+    clock.advance(VALID_SECONDS)
+    await exporter.refresh_once()
+    return replicas, exporter
+
+
+async def test_a_paused_kind_is_exported_so_that_alerts_tell_a_pause_from_a_stall(db, database_url, sync_db) -> None:
+    await factories.insert_jobs(db, 1, tenant=TenantId("acme"))
+    factories.pause_kind(sync_db, "echo")
+    replicas, exporter = await _exporting(database_url)
     try:
-        await exporter.refresh_once()
-        clock.advance(VALID_SECONDS)
-        await exporter.refresh_once()
         assert _scrape(replicas.collectors[0])["jobs_kind_paused"] == {'{kind="echo"}': 1.0}
 
         sync_db.execute("DELETE FROM kind_pauses")
@@ -287,13 +293,8 @@ async def test_sequences_halted_by_a_failed_job_are_exported_per_tenant(db, data
             "UPDATE jobs SET sequence_key = %s, state = 'failed', finished_at = now() WHERE job_id = %s",
             (key, job.job_id),
         )
-    clock = FakeClock()
-    replicas = Replicas(database_url, clock)
-    exporter = replicas.refreshers[0]
+    replicas, exporter = await _exporting(database_url)
     try:
-        await exporter.refresh_once()
-        clock.advance(VALID_SECONDS)
-        await exporter.refresh_once()
         assert _scrape(replicas.collectors[0])["jobs_sequences_halted"] == {'{tenant="acme"}': 2.0}
 
         sync_db.execute(

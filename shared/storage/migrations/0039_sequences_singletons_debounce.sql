@@ -7,8 +7,9 @@
 -- sequence costs the claim nothing. The head's end releases the next in the same transaction
 -- (jobs_sequence_release_next); a FAILED or OUTCOME_UNKNOWN head is no end: it halts the sequence until it is
 -- retried or cancelled. A job of a sequence that comes back from an end (a retry) waits again behind the
--- head, if there is one (jobs_sequence_rejoin). Submissions, releases and rejoins of one sequence take
--- its advisory lock (jobs_sequence_lock_key), so they decide one after another.
+-- head, if there is one (jobs_sequence_rejoin). Submissions and rejoins of one sequence take its advisory
+-- lock (jobs_key_lock_id), so they decide one after another, and share-lock the job holding the sequence,
+-- so that it cannot end unseen by them (routines/sequences.sql).
 ALTER TABLE jobs
     ADD COLUMN sequence_key text,
     -- Acceptance order within the sequence: drawn under the sequence's lock.
@@ -40,7 +41,7 @@ CREATE TRIGGER jobs_sequence_release AFTER UPDATE ON jobs
 
 CREATE TRIGGER jobs_sequence_release_deleted AFTER DELETE ON jobs
     REFERENCING OLD TABLE AS old_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION jobs_sequence_release_deleted();
+    FOR EACH STATEMENT EXECUTE FUNCTION jobs_sequence_release();
 
 CREATE TRIGGER jobs_sequence_rejoin BEFORE UPDATE OF state ON jobs
     FOR EACH ROW
@@ -54,7 +55,6 @@ BEGIN
     IF pg_has_role(current_user, 'jobs_migrator', 'MEMBER') THEN
         ALTER SEQUENCE jobs_sequence_position_seq OWNER TO jobs_migrator;
         ALTER FUNCTION jobs_sequence_release() OWNER TO jobs_migrator;
-        ALTER FUNCTION jobs_sequence_release_deleted() OWNER TO jobs_migrator;
         ALTER FUNCTION jobs_sequence_release_next(text[], text[]) OWNER TO jobs_migrator;
         ALTER FUNCTION jobs_sequence_rejoin() OWNER TO jobs_migrator;
     END IF;

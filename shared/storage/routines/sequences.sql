@@ -102,9 +102,9 @@ BEGIN
 END
 $$;
 
--- A statement's ended heads of sequences (unfinished before it, SUCCEEDED, CANCELLED or SUPERSEDED after
--- it): their sequences' next jobs are released. Most statements end none, which one scan of the changed
--- rows says.
+-- A statement's ended heads of sequences (unfinished before it, and after it SUCCEEDED, CANCELLED or
+-- SUPERSEDED, or deleted: retention taking a FAILED one): their sequences' next jobs are released. Most
+-- statements end none, which one scan of the changed rows says.
 CREATE OR REPLACE FUNCTION jobs_sequence_release() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -112,38 +112,22 @@ DECLARE
     tenants text[];
     keys text[];
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM new_rows AS n
-                   WHERE n.sequence_key IS NOT NULL AND n.state IN ('succeeded', 'cancelled', 'superseded')) THEN
-        RETURN NULL;
+    IF TG_OP = 'DELETE' THEN
+        SELECT array_agg(o.tenant), array_agg(o.sequence_key)
+        INTO tenants, keys
+        FROM old_rows AS o
+        WHERE o.sequence_key IS NOT NULL AND o.parked_on IS DISTINCT FROM ''
+          AND o.state NOT IN ('succeeded', 'cancelled', 'superseded');
+    ELSIF EXISTS (SELECT 1 FROM new_rows AS n
+                  WHERE n.sequence_key IS NOT NULL AND n.state IN ('succeeded', 'cancelled', 'superseded')) THEN
+        SELECT array_agg(o.tenant), array_agg(o.sequence_key)
+        INTO tenants, keys
+        FROM old_rows AS o
+        JOIN new_rows AS n ON n.job_id = o.job_id
+        WHERE o.sequence_key IS NOT NULL AND o.parked_on IS DISTINCT FROM ''
+          AND o.state NOT IN ('succeeded', 'cancelled', 'superseded')
+          AND n.state IN ('succeeded', 'cancelled', 'superseded');
     END IF;
-    SELECT array_agg(o.tenant), array_agg(o.sequence_key)
-    INTO tenants, keys
-    FROM old_rows AS o
-    JOIN new_rows AS n ON n.job_id = o.job_id
-    WHERE o.sequence_key IS NOT NULL AND o.parked_on IS DISTINCT FROM ''
-      AND o.state NOT IN ('succeeded', 'cancelled', 'superseded')
-      AND n.state IN ('succeeded', 'cancelled', 'superseded');
-    IF tenants IS NOT NULL THEN
-        PERFORM jobs_sequence_release_next(tenants, keys);
-    END IF;
-    RETURN NULL;
-END
-$$;
-
--- A statement's deleted heads of sequences that had not ended (retention taking a FAILED one): their
--- sequences go on.
-CREATE OR REPLACE FUNCTION jobs_sequence_release_deleted() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-    tenants text[];
-    keys text[];
-BEGIN
-    SELECT array_agg(o.tenant), array_agg(o.sequence_key)
-    INTO tenants, keys
-    FROM old_rows AS o
-    WHERE o.sequence_key IS NOT NULL AND o.parked_on IS DISTINCT FROM ''
-      AND o.state NOT IN ('succeeded', 'cancelled', 'superseded');
     IF tenants IS NOT NULL THEN
         PERFORM jobs_sequence_release_next(tenants, keys);
     END IF;
