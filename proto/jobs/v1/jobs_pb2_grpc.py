@@ -190,7 +190,8 @@ class JobServiceServicer:
         """PENDING, BLOCKED or RETRY_WAIT: CANCELLED at once. RUNNING: cancel_requested is set and the worker
         holding the job is told: a running job stops within milliseconds, by notification (at its next
         heartbeat at the latest, should the notification be lost); a late completion is refused.
-        Terminal: FAILED_PRECONDITION.
+        OUTCOME_UNKNOWN, and FAILED for a job of a sequence (which halts it): CANCELLED, and the sequence
+        goes on. Otherwise terminal: FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
