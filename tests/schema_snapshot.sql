@@ -2054,6 +2054,10 @@ GRANT ALL ON FUNCTION public.jobs_fold_key_charges(of_key text) TO jobs_worker;
 REVOKE ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.jobs_retention_lock(retention_seconds double precision, max_jobs integer) TO jobs_worker;
 
+REVOKE ALL ON FUNCTION public.jobs_sequence_release_next(tenants text[], keys text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.jobs_sequence_release_next(tenants text[], keys text[]) TO jobs_api;
+GRANT ALL ON FUNCTION public.jobs_sequence_release_next(tenants text[], keys text[]) TO jobs_worker;
+
 REVOKE ALL ON FUNCTION public.jobs_tend_running_tallies() FROM PUBLIC;
 GRANT ALL ON FUNCTION public.jobs_tend_running_tallies() TO jobs_worker;
 

@@ -10,6 +10,7 @@ from collections import defaultdict
 
 import pytest
 
+from api_service.usecases.kind_catalog import KindCatalog
 from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from shared.domain.errors import FailedPrecondition
@@ -18,9 +19,10 @@ from shared.domain.jobs import ClaimedJob, Completion, ErrorCategory, Job, JobEr
 from shared.domain.limit_keys import WaitingReason
 from shared.domain.submission_rules import SubmissionLimits
 from shared.storage import lease_store, scheduling_store
-from shared.storage.database import Database
+from shared.storage.database import Database, PoolSettings
 from tests import factories
 from tests.conditions import wait_until
+from tests.database_roles import ServiceLogins
 
 pytestmark = pytest.mark.timeout(60)
 A = factories.TENANT_DEFAULT
@@ -222,3 +224,38 @@ async def test_the_job_joining_a_sequence_waits_while_its_head_completes_concurr
         claimed = await factories.claim_one(db)
         assert claimed.job_id == joined.job_id
         await _complete(db, claimed)
+
+
+async def _as_role(database_url: str, role: str) -> Database:
+    return await Database.open(
+        PoolSettings(ServiceLogins.url(database_url, role), max_size=2, application_name=role), wait=True
+    )
+
+
+async def test_a_sequence_goes_on_as_the_services_roles_run_it(db, database_url, service_logins, sync_db):
+    """Behind row-level security: a worker claims; the API submits, cancels and stores the workers' reports;
+    each end releases the next job, a waiting job failed by its deadline included."""
+    await factories.published_kinds(db)
+    api_db, worker_db = (
+        await _as_role(database_url, service_logins.api),
+        await _as_role(database_url, service_logins.worker),
+    )
+    try:
+        service = SubmissionService(api_db, KindCatalog(api_db), SubmissionLimits())
+        first, second, third, fourth = [await _submit(service, sequence_key="doc") for _ in range(4)]
+        sync_db.execute("UPDATE jobs SET state = 'failed', finished_at = now() WHERE job_id = %s", (second.job_id,))
+        await _complete(api_db, await factories.claim_one(worker_db))
+        assert sync_db.job(second.job_id)["parked_on"] is None, "the failed job is now the sequence's head"
+        assert await _waiting(api_db, third.job_id) == WaitingReason("sequence_halted", "doc")
+
+        await JobLifecycle(api_db).cancel(A, "tenant:a", second.job_id, "skip")
+        claimed = await factories.claim_one(worker_db)
+        assert claimed.job_id == third.job_id
+        await _fail(api_db, claimed)
+        await JobLifecycle(api_db).retry(A, "tenant:a", third.job_id, "again", accept_duplicate_risk=False)
+        await _complete(api_db, await factories.claim_one(worker_db))
+        assert (await factories.claim_one(worker_db)).job_id == fourth.job_id
+        assert first.job_id != fourth.job_id
+    finally:
+        await api_db.close()
+        await worker_db.close()

@@ -61,3 +61,7 @@ BEGIN
 END $$;
 
 GRANT USAGE ON SEQUENCE jobs_sequence_position_seq TO jobs_api;
+-- The release runs with the migrator's rights, for the ends the API stores and the ones the workers' sweeps
+-- make (a lease that expired on a cancelled job); nobody else calls it.
+REVOKE ALL ON FUNCTION jobs_sequence_release_next(text[], text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobs_sequence_release_next(text[], text[]) TO jobs_api, jobs_worker;
