@@ -69,6 +69,19 @@ async def test_the_snapshot_counts_open_jobs_and_only_recent_failures(db, databa
     assert rows["globex", "sleep", JobState.RUNNING].oldest_wait_seconds is None
 
 
+async def test_a_job_waiting_for_its_turn_in_a_sequence_is_pending_but_not_in_the_oldest_wait(
+    db, database_url, sync_db
+) -> None:
+    head, waiting = await factories.insert_jobs(db, 2, tenant=TenantId("acme"))
+    _arrange(sync_db, head.job_id, "run_after = clock_timestamp() - interval '30 seconds'")
+    _arrange(sync_db, waiting.job_id, "run_after = clock_timestamp() - interval '1 hour', parked_on = ''")
+
+    (row,) = await _snapshot_rows(database_url)
+
+    assert (row.state, row.jobs) == (JobState.PENDING, 2)
+    assert 30 <= (row.oldest_wait_seconds or 0) < 60
+
+
 async def test_the_aggregate_reads_partial_indexes_never_the_finished_history(db, database_url, sync_db) -> None:
     sync_db.execute(
         "INSERT INTO jobs (tenant, kind, state, payload, max_attempts, retry_budget, finished_at)"
