@@ -55,6 +55,7 @@ REFUSALS: tuple[RefusalRule, ...] = (
     RefusalRule(C.FAILED_PRECONDITION, "NEWER_VERSION_EXISTS", P, "a newer version of the resource was submitted"),
     RefusalRule(C.FAILED_PRECONDITION, "DEPENDENCY_MISSING", P, "a dependency is gone (retention)"),
     RefusalRule(C.FAILED_PRECONDITION, "DEPENDENCY_FAILED", P, "a dependency ended without succeeding"),
+    RefusalRule(C.FAILED_PRECONDITION, "SINGLETON_ACTIVE", P, "another job with the singleton key is active"),
     RefusalRule(C.FAILED_PRECONDITION, "DELIVERY_SET_CHANGED", P, "the set changed between pages: read it anew"),
     RefusalRule(C.FAILED_PRECONDITION, "TOO_MANY_JOBS", P, "the filter matches too many jobs: narrow it"),
     RefusalRule(C.FAILED_PRECONDITION, "COUNT_EXCEEDED", P, "more jobs match than the dry run counted: count again"),

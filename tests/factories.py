@@ -12,8 +12,10 @@ from typing import Any
 from psycopg import sql
 
 from api_service.usecases.kind_catalog import KindCatalog
+from api_service.usecases.submission import SubmissionService
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import TERMINAL_STATES, ClaimedJob, Job, JobState, NewJob
+from shared.domain.submission_rules import SubmissionLimits
 from shared.handlers.api import HandlerRegistry
 from shared.handlers.loader import load_registry
 from shared.storage import job_store, kind_store, lease_store
@@ -161,6 +163,11 @@ async def published_kinds(db: Database, registry: HandlerRegistry | None = None)
     async with db.transaction() as conn:
         await kind_store.publish(conn, WORKER_ID_DEFAULT, datetime.now(UTC), [s.policy for s in registry.specs()])
     return KindCatalog(db)
+
+
+async def submission_service(db: Database) -> SubmissionService:
+    """The submission use-case over `db`, with the built-in kinds published."""
+    return SubmissionService(db, await published_kinds(db), SubmissionLimits())
 
 
 def set_limit(sync_db: Any, key: str, *, max_running: int = 0, rate_per_second: float = 0.0, burst: int = 1) -> None:

@@ -128,6 +128,14 @@ class TenantClient:
     def get(self, job_id: str) -> jobs_pb2.Job:
         return self.stub.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), metadata=self.metadata, timeout=10)
 
+    def wait_state(self, job_id: str, state: int, *, timeout: float = 30) -> jobs_pb2.Job:
+        """The job once it is in `state` (a jobs_pb2.JobState), polled."""
+        return wait_until(
+            lambda: job if (job := self.get(job_id)).state == state else None,
+            timeout=timeout,
+            what=f"job {job_id} to be {jobs_pb2.JobState.Name(state)}",
+        )
+
     def result(self, job_id: str) -> jobs_pb2.JobResult:
         return self.stub.GetJobResult(jobs_pb2.GetJobResultRequest(job_id=job_id), metadata=self.metadata, timeout=10)
 

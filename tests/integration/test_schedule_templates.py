@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from google.protobuf import timestamp_pb2
+from google.protobuf.message import Message
 
 from api_service import convert
 from api_service.usecases.admission import SubmissionAdmission, TenantLimits
@@ -43,6 +44,9 @@ SAMPLES: dict[str, Any] = {
     "labels": {"team": "search"},
     "dedupe_by_input": True,
     "limit_keys": ["nightly@1"],
+    "sequence_key": "nightly",
+    "singleton_key": "nightly",
+    "debounce": jobs_pb2.Debounce(key="nightly", quiet_seconds=1, max_wait_seconds=2),
 }
 
 
@@ -51,7 +55,7 @@ def test_every_submission_field_is_carried_by_a_template_or_refused_naming_it(na
     assert name in SAMPLES, f"SubmitJobRequest.{name} is new: decide what a schedule's template does with it"
     job = jobs_pb2.SubmitJobRequest(kind="echo")
     value = SAMPLES[name]
-    if isinstance(value, timestamp_pb2.Timestamp):
+    if isinstance(value, Message):
         getattr(job, name).CopyFrom(value)
     elif isinstance(value, dict):
         getattr(job, name).update(value)

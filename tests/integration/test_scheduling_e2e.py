@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from jobs.v1 import jobs_pb2
-from tests.process_fixtures import ServiceStack, TenantClient, wait_until
+from tests.process_fixtures import ServiceStack
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -21,15 +21,6 @@ def _sleep(seconds: float) -> bytes:
     return json.dumps({"seconds": seconds}).encode()
 
 
-def _wait_state(client: TenantClient, job_id: str, state: int) -> jobs_pb2.Job:
-    return wait_until(
-        lambda: job if (job := client.get(job_id)).state == state else None,
-        timeout=30,
-        interval=0.05,
-        what=f"job {job_id} to be {S.Name(state)}",
-    )
-
-
 def test_a_tenants_own_key_runs_one_job_of_a_document_at_a_time_and_the_other_waits_visibly(
     service_stack: ServiceStack,
 ) -> None:
@@ -37,17 +28,17 @@ def test_a_tenants_own_key_runs_one_job_of_a_document_at_a_time_and_the_other_wa
     service_stack.start_worker("w1")
     client = service_stack.tenant("acme")
     first = client.submit("sleep", _sleep(60), limit_keys=["doc:42@1"]).job.job_id
-    _wait_state(client, first, S.JOB_STATE_RUNNING)
+    client.wait_state(first, S.JOB_STATE_RUNNING)
     second = client.submit("sleep", _sleep(0), limit_keys=["doc:42@1"]).job.job_id
     other_doc = client.submit("sleep", _sleep(0), limit_keys=["doc:7@1"]).job.job_id
 
-    _wait_state(client, other_doc, S.JOB_STATE_SUCCEEDED)
+    client.wait_state(other_doc, S.JOB_STATE_SUCCEEDED)
     waiting = client.get(second)
     assert waiting.state == S.JOB_STATE_PENDING
     assert (waiting.waiting_reason, waiting.waiting_for_key) == ("limit_running", "tenant:acme/doc:42")
 
     client.stub.CancelJob(jobs_pb2.CancelJobRequest(job_id=first), metadata=client.metadata)
-    done = _wait_state(client, second, S.JOB_STATE_SUCCEEDED)
+    done = client.wait_state(second, S.JOB_STATE_SUCCEEDED)
     assert done.waiting_reason == ""
 
 
@@ -58,7 +49,7 @@ def test_a_paused_kind_waits_as_pending_and_says_so(service_stack: ServiceStack)
     with psycopg.connect(service_stack.database_url, autocommit=True) as conn:
         conn.execute("INSERT INTO kind_pauses (kind, paused_by) VALUES ('sleep', 'test')")
     paused = client.submit("sleep", _sleep(0)).job.job_id
-    _wait_state(client, client.submit("echo", b"x").job.job_id, S.JOB_STATE_SUCCEEDED)
+    client.wait_state(client.submit("echo", b"x").job.job_id, S.JOB_STATE_SUCCEEDED)
 
     job = client.get(paused)
     assert job.state == S.JOB_STATE_PENDING

@@ -29,10 +29,6 @@ A = factories.TENANT_DEFAULT
 B = TenantId("tenant-b")
 
 
-async def _service(db: Database) -> SubmissionService:
-    return SubmissionService(db, await factories.published_kinds(db), SubmissionLimits())
-
-
 async def _submit(service: SubmissionService, tenant: TenantId = A, **fields) -> Job:
     return (await service.submit(tenant, f"tenant:{tenant}", factories.new_job(**fields))).job
 
@@ -57,7 +53,7 @@ async def _waiting(db: Database, job_id: JobId, tenant: TenantId = A) -> Waiting
 
 
 async def test_a_sequence_runs_one_job_at_a_time_in_the_order_accepted(db):
-    service = await _service(db)
+    service = await factories.submission_service(db)
     jobs = [await _submit(service, sequence_key="doc-1", payload=str(i).encode()) for i in range(3)]
     other = await _submit(service, sequence_key="doc-2")
     assert [j.sequence_key for j in jobs] == ["doc-1"] * 3
@@ -77,7 +73,7 @@ async def test_a_sequence_runs_one_job_at_a_time_in_the_order_accepted(db):
 
 
 async def test_a_failed_job_halts_its_sequence_until_it_is_retried(db):
-    service = await _service(db)
+    service = await factories.submission_service(db)
     first, second = [await _submit(service, sequence_key="doc") for _ in range(2)]
     await _fail(db, await factories.claim_one(db))
 
@@ -92,7 +88,7 @@ async def test_a_failed_job_halts_its_sequence_until_it_is_retried(db):
 
 
 async def test_cancelling_the_failed_job_lets_its_sequence_go_on(db):
-    service = await _service(db)
+    service = await factories.submission_service(db)
     first, second = [await _submit(service, sequence_key="doc") for _ in range(2)]
     await _fail(db, await factories.claim_one(db), ErrorCategory.OUTCOME_UNKNOWN)
     assert await _waiting(db, second.job_id) == WaitingReason("sequence_halted", "doc")
@@ -103,7 +99,7 @@ async def test_cancelling_the_failed_job_lets_its_sequence_go_on(db):
 
 
 async def test_a_failed_job_outside_a_sequence_still_cannot_be_cancelled(db):
-    service = await _service(db)
+    service = await factories.submission_service(db)
     job = await _submit(service)
     await _fail(db, await factories.claim_one(db))
     with pytest.raises(FailedPrecondition):
@@ -112,7 +108,7 @@ async def test_a_failed_job_outside_a_sequence_still_cannot_be_cancelled(db):
 
 
 async def test_cancel_supersede_and_dependencies_keep_their_meaning_inside_a_sequence(db, sync_db):
-    service = await _service(db)
+    service = await factories.submission_service(db)
     head = await _submit(service, sequence_key="doc", resource_key="doc", resource_version=1)
     cancelled = await _submit(service, sequence_key="doc")
     blocked_on = await _submit(service)
@@ -137,14 +133,14 @@ async def test_cancel_supersede_and_dependencies_keep_their_meaning_inside_a_seq
 
 
 async def test_sequences_are_scoped_to_their_tenant(db):
-    service = await _service(db)
+    service = await factories.submission_service(db)
     await _submit(service, A, sequence_key="doc")
     await _submit(service, B, sequence_key="doc")
     assert len(await factories.claim(db, limit=10)) == 2
 
 
 async def test_a_retried_job_waits_behind_the_sequences_head(db, sync_db):
-    service = await _service(db)
+    service = await factories.submission_service(db)
     first, second = [await _submit(service, sequence_key="doc") for _ in range(2)]
     await JobLifecycle(db).cancel(A, "tenant:a", first.job_id, "")
     running = await factories.claim_one(db)
@@ -174,7 +170,7 @@ async def _claim_and_finish(db: Database, worker: str, rng: random.Random, idle:
 
 
 async def test_racing_claimers_never_run_two_jobs_of_one_sequence_and_keep_each_sequences_order(db, sync_db):
-    service = await _service(db)
+    service = await factories.submission_service(db)
     submitted: dict[str, list[JobId]] = defaultdict(list)
     for round_ in range(6):
         for key in ("s1", "s2", "s3", "s4"):
@@ -215,7 +211,7 @@ async def test_racing_claimers_never_run_two_jobs_of_one_sequence_and_keep_each_
 async def test_the_job_joining_a_sequence_waits_while_its_head_completes_concurrently(db, sync_db):
     """A submission that finds the head share-locks it: the head's completion waits for the submission to
     commit, and then releases the new job; never does the new job wait behind a head that has ended."""
-    service = await _service(db)
+    service = await factories.submission_service(db)
     for _ in range(20):
         await _submit(service, sequence_key="race")
         head = await factories.claim_one(db)

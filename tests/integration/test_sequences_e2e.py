@@ -9,20 +9,11 @@ import grpc
 import pytest
 
 from jobs.v1 import jobs_pb2
-from tests.process_fixtures import ServiceStack, TenantClient, wait_until
+from tests.process_fixtures import ServiceStack
 
 pytestmark = pytest.mark.timeout(180)
 
 S = jobs_pb2.JobState
-
-
-def _wait_state(client: TenantClient, job_id: str, state: int) -> jobs_pb2.Job:
-    return wait_until(
-        lambda: job if (job := client.get(job_id)).state == state else None,
-        timeout=30,
-        interval=0.05,
-        what=f"job {job_id} to be {S.Name(state)}",
-    )
 
 
 def test_a_halted_sequence_says_so_and_goes_on_once_its_failed_job_is_cancelled(service_stack: ServiceStack) -> None:
@@ -34,13 +25,13 @@ def test_a_halted_sequence_says_so_and_goes_on_once_its_failed_job_is_cancelled(
     second = client.submit("echo", b"next", sequence_key="doc-7").job
     assert (first.sequence_key, second.sequence_key) == ("doc-7", "doc-7")
 
-    _wait_state(client, first.job_id, S.JOB_STATE_FAILED)
+    client.wait_state(first.job_id, S.JOB_STATE_FAILED)
     waiting = client.get(second.job_id)
     assert waiting.state == S.JOB_STATE_PENDING
     assert (waiting.waiting_reason, waiting.waiting_for_key) == ("sequence_halted", "doc-7")
 
     client.stub.CancelJob(jobs_pb2.CancelJobRequest(job_id=first.job_id, reason="skip"), metadata=client.metadata)
-    assert _wait_state(client, second.job_id, S.JOB_STATE_SUCCEEDED).waiting_reason == ""
+    assert client.wait_state(second.job_id, S.JOB_STATE_SUCCEEDED).waiting_reason == ""
 
 
 def test_singleton_and_debounce_answers_name_their_job_and_bad_combinations_name_the_field(

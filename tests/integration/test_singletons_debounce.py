@@ -13,9 +13,7 @@ from shared.domain.errors import FailedPrecondition, InvalidArgument
 from shared.domain.ids import TenantId
 from shared.domain.jobs import Completion, Debounce, ErrorCategory, JobError, LeaseRef, SubmitOutcome
 from shared.domain.schedules import template_from_job
-from shared.domain.submission_rules import SubmissionLimits
 from shared.storage import lease_store
-from shared.storage.database import Database
 from tests import factories
 
 pytestmark = pytest.mark.timeout(60)
@@ -23,16 +21,12 @@ A = factories.TENANT_DEFAULT
 B = TenantId("tenant-b")
 
 
-async def _service(db: Database) -> SubmissionService:
-    return SubmissionService(db, await factories.published_kinds(db), SubmissionLimits())
-
-
 async def _submit(service: SubmissionService, tenant: TenantId = A, **fields) -> SubmitOutcome:
     return await service.submit(tenant, f"tenant:{tenant}", factories.new_job(**fields))
 
 
 async def test_racing_submissions_of_a_singleton_key_answer_one_job(db, database_url):
-    services = [await _service(db) for _ in range(4)]
+    services = [await factories.submission_service(db) for _ in range(4)]
     outcomes = await asyncio.gather(
         *(_submit(services[i % 4], singleton_key="nightly", payload=str(i).encode()) for i in range(24))
     )
@@ -42,7 +36,7 @@ async def test_racing_submissions_of_a_singleton_key_answer_one_job(db, database
 
 
 async def test_a_singleton_answers_its_running_job_and_a_new_one_once_it_ended(db):
-    service = await _service(db)
+    service = await factories.submission_service(db)
     first = (await _submit(service, singleton_key="k")).job
     claimed = await factories.claim_one(db)
     again = await _submit(service, singleton_key="k", payload=b"other")
@@ -58,7 +52,7 @@ async def test_a_singleton_answers_its_running_job_and_a_new_one_once_it_ended(d
 
 
 async def test_a_failed_singleton_is_not_reopened_while_another_with_its_key_is_active(db):
-    service = await _service(db)
+    service = await factories.submission_service(db)
     first = (await _submit(service, singleton_key="k")).job
     claimed = await factories.claim_one(db)
     async with db.transaction() as conn:
@@ -77,7 +71,7 @@ async def test_a_failed_singleton_is_not_reopened_while_another_with_its_key_is_
 
 
 async def test_a_burst_of_debounced_submissions_collapses_into_one_job_with_the_latest_payload(db, sync_db):
-    service = await _service(db)
+    service = await factories.submission_service(db)
     debounce = Debounce("doc-7", quiet_seconds=30, max_wait_seconds=60)
     outcomes = [await _submit(service, debounce=debounce, payload=f"edit {i}".encode()) for i in range(5)]
     job_id = outcomes[0].job.job_id
@@ -92,7 +86,7 @@ async def test_a_burst_of_debounced_submissions_collapses_into_one_job_with_the_
 
 
 async def test_racing_debounced_submissions_collapse_into_one_job(db):
-    services = [await _service(db) for _ in range(4)]
+    services = [await factories.submission_service(db) for _ in range(4)]
     debounce = Debounce("burst", quiet_seconds=5, max_wait_seconds=10)
     outcomes = await asyncio.gather(
         *(_submit(services[i % 4], debounce=debounce, payload=str(i).encode()) for i in range(24))
@@ -102,7 +96,7 @@ async def test_racing_debounced_submissions_collapse_into_one_job(db):
 
 
 async def test_a_debounced_job_once_claimed_takes_no_more_submissions(db, sync_db):
-    service = await _service(db)
+    service = await factories.submission_service(db)
     debounce = Debounce("doc", quiet_seconds=0.001, max_wait_seconds=0.001)
     first = (await _submit(service, debounce=debounce)).job
     claimed = await factories.claim_one(db)
@@ -126,7 +120,7 @@ async def test_a_debounced_job_once_claimed_takes_no_more_submissions(db, sync_d
     ],
 )
 async def test_malformed_keyed_submissions_are_refused_naming_the_field(db, fields, field):
-    service = await _service(db)
+    service = await factories.submission_service(db)
     with pytest.raises(InvalidArgument) as refused:
         await _submit(service, **fields)
     assert field in [v.field for v in refused.value.violations]
@@ -144,7 +138,7 @@ def test_a_schedules_job_refuses_each_keyed_field_by_name(fields):
 
 
 async def test_a_batch_decides_its_keyed_items_in_request_order(db, sync_db):
-    service = await _service(db)
+    service = await factories.submission_service(db)
     outcomes = await service.submit_many(
         A,
         "tenant:a",
