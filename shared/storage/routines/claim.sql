@@ -3,7 +3,8 @@
 --
 -- jobs_claim runs these stages, each a routine that takes the claim's state (jobs_claim_state) and gives
 -- it back; docs/SCHEDULING.md says why the order is what it is.
---   jobs_claim_unpark   parked jobs whose key has room again go back into the walk (only when some are parked)
+--   jobs_claim_unpark   parked jobs whose key has room again go back into the walk (only when some are parked;
+--                       never those parked on '', which wait for their turn in a sequence: routines/sequences.sql)
 --   jobs_claim_start    the heads of the tenants' queues (jobs_claim_heads), the tenants' running jobs and
 --                       weights, the keys under a limit that the batch's kinds and tenants carry
 --   then, round by round (at most six):
