@@ -3,14 +3,11 @@
 import os
 import time
 import uuid
-from typing import NewType
 
 # The ids a handler sees are the SDK's, so that the service and handler code share one type.
 from durable_jobs.ids import FencingToken, JobId, TenantId
 
-__all__ = ["FencingToken", "JobId", "TenantId", "WorkerId", "new_job_ids"]
-
-WorkerId = NewType("WorkerId", str)
+__all__ = ["FencingToken", "JobId", "TenantId", "new_job_ids"]
 
 
 _VERSION_7 = 0x7 << 76

@@ -198,12 +198,6 @@ async def dependency_states(conn: Connection, tenant: TenantId, job_ids: Sequenc
     return {JobId(str(r["job_id"])): JobState(r["state"]) for r in await cur.fetchall()}
 
 
-async def lock_resource_head(conn: Connection, tenant: TenantId, resource_key: str) -> int:
-    """The highest version submitted so far (0 for a new key); holds the key's lock until commit."""
-    latest, _ = await lock_resource_head_and_tombstone(conn, tenant, resource_key)
-    return latest
-
-
 async def lock_resource_head_and_tombstone(conn: Connection, tenant: TenantId, resource_key: str) -> tuple[int, int]:
     """The highest version submitted and the highest deleted (0 when none); holds the key's lock until commit."""
     cur = await conn.execute(queries.RESOURCE_HEAD_LOCK, {"tenant": tenant, "resource_key": resource_key})
@@ -285,12 +279,6 @@ async def reopen(
     )
     row = await cur.fetchone()
     return job_from_row(row) if row else None
-
-
-async def resource_head(conn: Connection, tenant: TenantId, resource_key: str) -> int | None:
-    """The highest version submitted for the key; None when the tenant never submitted one."""
-    head = await resource_head_and_tombstone(conn, tenant, resource_key)
-    return head[0] if head else None
 
 
 async def resource_head_and_tombstone(conn: Connection, tenant: TenantId, resource_key: str) -> tuple[int, int] | None:
