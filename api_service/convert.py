@@ -182,9 +182,9 @@ def progress_report_from_proto(message: worker_pb2.ProgressReport) -> ProgressRe
     )
 
 
-def attempt_log_from_proto(message: worker_pb2.AttemptLog) -> AttemptLog:
-    """An attempt's shipped lines; a line without a time is taken as logged now."""
-    lines = tuple(
+def _shipped_lines(lines: Iterable[jobs_pb2.JobLogLine]) -> tuple[tuple[int, LogLine], ...]:
+    """Shipped lines with their sequences; a line without a time is taken as logged now."""
+    return tuple(
         (
             line.sequence,
             LogLine(
@@ -194,9 +194,13 @@ def attempt_log_from_proto(message: worker_pb2.AttemptLog) -> AttemptLog:
                 line.message,
             ),
         )
-        for line in message.lines
+        for line in lines
     )
-    return AttemptLog(LeaseRef(JobId(message.job_id), FencingToken(message.fencing_token)), lines)
+
+
+def attempt_log_from_proto(message: worker_pb2.AttemptLog) -> AttemptLog:
+    lease = LeaseRef(JobId(message.job_id), FencingToken(message.fencing_token))
+    return AttemptLog(lease, _shipped_lines(message.lines))
 
 
 def log_line_to_proto(kept: JobLogLine) -> jobs_pb2.JobLogLine:
@@ -337,6 +341,7 @@ def lease_status_to_proto(status: LeaseStatus) -> worker_pb2.LeaseStatus:
         superseded=status.superseded,
         lease_expires_at=_timestamp(status.lease_expires_at),
         resource_deleted=status.resource_deleted,
+        outcome=outcome_to_proto(status.outcome),
     )
 
 
@@ -371,7 +376,7 @@ def failure_from_proto(request: worker_pb2.FailJobRequest) -> FailureReport:
 
 def release_from_proto(request: worker_pb2.ReleaseJobRequest) -> ReleaseReport:
     lease = LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token))
-    return ReleaseReport(lease, request.started, request.reason)
+    return ReleaseReport(lease, request.started, request.reason, _shipped_lines(request.last_lines))
 
 
 def fail_response_to_proto(outcome: FailOutcome) -> worker_pb2.FailJobResponse:

@@ -89,6 +89,18 @@ class LogShipper:
         if pending is not None:
             await self._send([pending])
 
+    async def take(self, job_id: JobId) -> tuple[tuple[int, LogLine], ...]:
+        """The job's unsent lines, no longer pending: they travel with the attempt's release. Lines past
+        what one call may carry (only an attempt that logged its whole bound in one interval) go first."""
+        with self._lock:
+            pending = self._pending.pop(job_id, None)
+        if pending is None:
+            return ()
+        lease, lines = pending
+        if len(lines) > LOG_LINES_PER_CALL_MAX:
+            await self._send([(lease, lines[:-LOG_LINES_PER_CALL_MAX])])
+        return tuple(lines[-LOG_LINES_PER_CALL_MAX:])
+
     def forget(self, job_id: JobId) -> None:
         with self._lock:
             self._pending.pop(job_id, None)

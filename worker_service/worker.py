@@ -33,6 +33,7 @@ from shared.domain.jobs import (
     JobState,
     LeaseRef,
     LeaseStatus,
+    ReleaseReport,
     ReportOutcome,
     RetryHint,
 )
@@ -90,13 +91,17 @@ _REFUSAL_LABELS = {
 
 
 class StopReason(enum.StrEnum):
-    CANCEL_REQUESTED = "cancel_requested"  # still held: report so the job ends CANCELLED
+    CANCEL_REQUESTED = "cancel_requested"  # still held: released, so the job ends CANCELLED
     ENDED_ELSEWHERE = "ended_elsewhere"  # cancelled or superseded while we were not looking
     LEASE_LOST = "lease_lost"
     # Heartbeats kept failing until the lease ran out by this replica's clock: another replica may run
     # the job by now, and a report would be refused, so the handler stops and nothing is reported.
     LEASE_EXPIRED = "lease_expired"
     SHUTDOWN = "shutdown"
+
+
+# Stops after which this replica still holds the lease and hands the job back.
+_RELEASED_ON_STOP = frozenset({StopReason.CANCEL_REQUESTED, StopReason.SHUTDOWN})
 
 
 @dataclass
@@ -364,7 +369,8 @@ class Worker:
                 raise
             _uncancel_current_task()
             self._metrics.observe_execution(job.kind, time.monotonic() - started, active.span.exemplar())
-            await self._flush_logs(active)
+            if reason not in _RELEASED_ON_STOP:  # a release carries the last lines itself
+                await self._flush_logs(active)
             await self._after_stop(active, reason)
             return
         except LeaseLost:
@@ -431,7 +437,7 @@ class Worker:
             return
         try:
             outcome = await self._batcher.complete(
-                Completion(job.job_id, job.fencing_token, result), deadline=self._report_deadline()
+                Completion(active.lease.job_id, active.lease.fencing_token, result), deadline=self._report_deadline()
             )
         except ApiUnreachable as exc:
             self._unreported(active, exc)
@@ -456,7 +462,7 @@ class Worker:
             self._refused(active, outcome)
             return
         self._metrics.count_outcome(job.tenant, job.kind, _FAIL_OUTCOME_LABELS.get(outcome, AttemptOutcome.FAILED))
-        # A cancel on request travels as a failure, but is none; nor is a pushback.
+        # A failure report that found a cancel requested ended the job CANCELLED: no failure; nor is a pushback.
         if outcome is not JobState.CANCELLED and not (hint and hint.pushed_back):
             self._metrics.count_failure(job.tenant, job.kind, error.category.value)
         log.info(
@@ -472,27 +478,8 @@ class Worker:
 
     async def _after_stop(self, active: ActiveJob, reason: StopReason) -> None:
         job = active.claimed
-        if reason is StopReason.CANCEL_REQUESTED:
-            await self._report_failure(active, JobError(ErrorCategory.PERMANENT, "cancelled on request"))
-            return
-        if reason is StopReason.SHUTDOWN:
-            try:
-                # An interruption by this replica's shutdown is not the job's failure: the attempt is not
-                # counted. A receipt of the attempt still counts it, and an unconfirmed external call
-                # sends the job to OUTCOME_UNKNOWN (the release statement decides from the receipts).
-                state = await self._api.release(
-                    active.lease,
-                    started=False,
-                    reason="worker shutting down",
-                    deadline=time.monotonic() + RELEASE_DEADLINE_SECONDS,
-                )
-            except ApiUnreachable as exc:
-                self._unreported(active, exc)
-                return
-            self._signal(Signal.REPORTED, job.job_id, "released", state.value)
-            label = AttemptOutcome.RELEASED if not isinstance(state, ReportOutcome) else _REFUSAL_LABELS[state]
-            self._metrics.count_outcome(job.tenant, job.kind, label)
-            log.info("released at shutdown", extra=active.log_fields)
+        if reason in _RELEASED_ON_STOP:
+            await self._release(active, reason)
             return
         if reason is StopReason.LEASE_EXPIRED:
             self._metrics.leases_lost.inc()
@@ -504,6 +491,35 @@ class Worker:
         outcome = AttemptOutcome.LEASE_LOST if reason is StopReason.LEASE_LOST else AttemptOutcome.ENDED
         self._metrics.count_outcome(job.tenant, job.kind, outcome)
         log.info("stopped: %s", reason.value, extra=active.log_fields)
+
+    async def _release(self, active: ActiveJob, reason: StopReason) -> None:
+        """Hands the job back in one call that carries the attempt's last log lines. A cancel is what it
+        is, a release, and the job ends CANCELLED, not failed. An interruption by this replica's shutdown
+        is not the job's failure either: the attempt is not counted, unless it recorded a receipt, and an
+        unconfirmed external call sends the job to OUTCOME_UNKNOWN (the release statement decides)."""
+        job = active.claimed
+        if isinstance(active.context.log_sink, LeaseLog):
+            active.context.log_sink.close()
+        cancel = reason is StopReason.CANCEL_REQUESTED
+        report = ReleaseReport(
+            active.lease,
+            started=cancel,
+            reason="cancelled on request" if cancel else "worker shutting down",
+            last_lines=await self._logs.take(job.job_id),
+        )
+        try:
+            deadline = self._report_deadline() if cancel else time.monotonic() + RELEASE_DEADLINE_SECONDS
+            state = await self._api.release(report, deadline=deadline)
+        except ApiUnreachable as exc:
+            self._unreported(active, exc)
+            return
+        self._signal(Signal.REPORTED, job.job_id, "released", state.value)
+        if isinstance(state, ReportOutcome):
+            label = _REFUSAL_LABELS[state]
+        else:
+            label = AttemptOutcome.CANCELLED if state is JobState.CANCELLED else AttemptOutcome.RELEASED
+        self._metrics.count_outcome(job.tenant, job.kind, label)
+        log.info("released: %s", report.reason, extra={**active.log_fields, "state": state.value})
 
     def _refused(self, active: ActiveJob, outcome: ReportOutcome) -> None:
         if outcome is ReportOutcome.LEASE_LOST:
@@ -547,14 +563,14 @@ class Worker:
 
     def _apply(self, actives: list[ActiveJob], statuses: Sequence[LeaseStatus], answered_at: float) -> None:
         for active, status in zip(actives, statuses, strict=True):
-            if status.held and not status.cancel_requested:
+            if status.outcome is ReportOutcome.ACCEPTED and not status.cancel_requested:
                 active.lease_deadline = answered_at + self._settings.lease_seconds
-            elif status.held:
+            elif status.outcome is ReportOutcome.ACCEPTED:
                 self._stop(active, StopReason.CANCEL_REQUESTED)
-            elif status.cancel_requested or status.superseded:
-                self._stop(active, StopReason.ENDED_ELSEWHERE)
-            else:
+            elif status.outcome is ReportOutcome.LEASE_LOST:
                 self._stop(active, StopReason.LEASE_LOST)
+            else:
+                self._stop(active, StopReason.ENDED_ELSEWHERE)
 
     async def _stop_expired_leases(self) -> None:
         """Stops each running handler whose lease ran out by this replica's clock, which happens only

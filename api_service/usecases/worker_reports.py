@@ -54,6 +54,7 @@ from shared.storage import (
 )
 from shared.storage.database import Connection, Database
 from shared.storage.dependency_results import DependencyResultsPage
+from shared.storage.refusals import refusal
 
 log = logging.getLogger(__name__)
 REPORT_BATCH_MAX = 1000
@@ -119,6 +120,20 @@ def _checked_failure(report: FailureReport, field: str) -> FailureReport:
     return FailureReport(report.lease, error, _checked_hint(report.hint, field))
 
 
+def _checked_logs(logs: Sequence[AttemptLog], field: str, lines_field: str) -> dict[JobId, AttemptLog]:
+    """Each attempt's lines, cleaned, by job; refuses a call with too many lines or a line out of bounds."""
+    if sum(len(log.lines) for log in logs) > LOG_LINES_PER_CALL_MAX:
+        raise InvalidArgument(FieldViolation(field, f"at most {LOG_LINES_PER_CALL_MAX} lines in one call"))
+    for index, log in enumerate(logs):
+        for number, (sequence, line) in enumerate(log.lines):
+            if not 1 <= sequence <= LOG_SEQUENCE_MAX or line.level not in LOG_LEVELS:
+                where = f"{field}[{index}].{lines_field}[{number}]"
+                raise InvalidArgument(
+                    FieldViolation(where, f"sequence is 1 to {LOG_SEQUENCE_MAX}, level one of {sorted(LOG_LEVELS)}")
+                )
+    return {log.job_id: AttemptLog(log.lease, tuple((n, clean_line(line)) for n, line in log.lines)) for log in logs}
+
+
 def _check_distinct(leases: Sequence[LeaseRef], field: str) -> None:
     _check_leases(leases, field)
     if len({lease.job_id for lease in leases}) != len(leases):
@@ -148,19 +163,10 @@ class WorkerReports:
         async with self._db.transaction() as conn:
             statuses = await lease_store.heartbeat(conn, leases, lease_seconds=extend_by_seconds)
         for status in statuses:
-            if not status.held and not status.ended_by_holder:
-                outcome = (
-                    ReportOutcome.RESOURCE_DELETED
-                    if status.resource_deleted
-                    else ReportOutcome.JOB_CANCELLED
-                    if status.cancel_requested
-                    else ReportOutcome.JOB_SUPERSEDED
-                    if status.superseded
-                    else ReportOutcome.LEASE_LOST
-                )
+            if status.outcome is not ReportOutcome.ACCEPTED and not status.ended_by_holder:
                 # Usual after a cancel or a newer version, so no warning: the worker stops the job.
                 lease = LeaseRef(status.job_id, status.fencing_token)
-                self._refused("heartbeat", lease, outcome, "", level=logging.INFO)
+                self._refused("heartbeat", lease, status.outcome, "", level=logging.INFO)
         return statuses
 
     async def complete_many(self, worker_id: str, completions: Sequence[Completion]) -> list[ReportOutcome]:
@@ -271,11 +277,19 @@ class WorkerReports:
     async def release_many(
         self, worker_id: str, reports: Sequence[ReleaseReport], *, field: str = "releases"
     ) -> list[JobState | ReportOutcome]:
-        """Per-item outcomes, refusals as values; rows taken in job-id order as in fail_many."""
+        """Per-item outcomes, refusals as values; rows taken in job-id order as in fail_many. An item's
+        last log lines are kept under its lease first, in the same transaction: one call ends an attempt."""
         _check_distinct([r.lease for r in reports], field)
+        last_logs = _checked_logs([AttemptLog(r.lease, r.last_lines) for r in reports], field, "last_lines")
         outcomes: dict[str, JobState | ReportOutcome] = {}
         async with self._db.transaction() as conn:
             for report in sorted(reports, key=lambda r: r.lease.job_id):
+                lines = last_logs[report.lease.job_id]
+                if lines.lines:
+                    (kept,) = await log_store.append_batch(conn, [lines])
+                    if kept is not ReportOutcome.ACCEPTED:  # the release would be refused as the lines were
+                        outcomes[report.lease.job_id] = kept
+                        continue
                 outcomes[report.lease.job_id] = await lease_store.release(
                     conn,
                     worker_id=worker_id,
@@ -338,19 +352,8 @@ class WorkerReports:
 
     async def append_logs(self, logs: Sequence[AttemptLog]) -> list[ReportOutcome]:
         """Per-attempt outcomes; a refusal (lines that crossed the attempt's end) is usual and not logged."""
-        _check_leases([log.lease for log in logs], "logs")
-        if len({log.job_id for log in logs}) != len(logs):
-            raise InvalidArgument(FieldViolation("logs", "must not name a job twice"))
-        if sum(len(log.lines) for log in logs) > LOG_LINES_PER_CALL_MAX:
-            raise InvalidArgument(FieldViolation("logs", f"at most {LOG_LINES_PER_CALL_MAX} lines in one call"))
-        for index, log in enumerate(logs):
-            for number, (sequence, line) in enumerate(log.lines):
-                if not 1 <= sequence <= LOG_SEQUENCE_MAX or line.level not in LOG_LEVELS:
-                    where = f"logs[{index}].lines[{number}]"
-                    raise InvalidArgument(
-                        FieldViolation(where, f"sequence is 1 to {LOG_SEQUENCE_MAX}, level one of {sorted(LOG_LEVELS)}")
-                    )
-        cleaned = [AttemptLog(log.lease, tuple((n, clean_line(line)) for n, line in log.lines)) for log in logs]
+        _check_distinct([log.lease for log in logs], "logs")
+        cleaned = list(_checked_logs(logs, "logs", "lines").values())
         shipped = [log for log in cleaned if log.lines]
         if not shipped:
             return [ReportOutcome.ACCEPTED for _ in logs]
@@ -358,8 +361,9 @@ class WorkerReports:
             outcomes = dict(zip((id(log) for log in shipped), await log_store.append_batch(conn, shipped), strict=True))
         return [outcomes.get(id(log), ReportOutcome.ACCEPTED) for log in cleaned]
 
-    async def dependency_results(self, lease: LeaseRef, after: JobId | None) -> DependencyResultsPage:
-        """A page of the results of the jobs the leased job depends on; only its current lease holder reads."""
+    async def dependency_results(self, lease: LeaseRef, after: JobId | None) -> DependencyResultsPage | ReportOutcome:
+        """A page of the results of the jobs the leased job depends on; only its current lease holder
+        reads, anyone else learns the refusal (as a value)."""
         _check_leases([lease], "lease")
         if after is not None and not is_job_id(after):
             raise InvalidArgument(FieldViolation("after_job_id", "must be a job id"))
@@ -371,11 +375,11 @@ class WorkerReports:
                 after=after,
                 max_bytes=DEPENDENCY_RESULTS_PAGE_BYTES,
             )
-            outcome = await lease_store.refusal_for(conn, lease.job_id) if page is None else None
-        if page is None:
-            assert outcome is not None
+            outcome = await refusal(conn, lease.job_id) if page is None else None
+        if outcome is not None:
             self._refused("dependency results", lease, outcome, "", level=logging.INFO)
-            raise _refusal(outcome)
+            return outcome
+        assert page is not None
         return page
 
     def _refused(

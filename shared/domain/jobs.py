@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from durable_jobs.logs import LogLine
+
 # A handler raises and records these, so they are the SDK's; re-exported as the domain's own.
 from durable_jobs.records import ErrorCategory as ErrorCategory
 from durable_jobs.records import Receipt as Receipt
@@ -140,6 +142,9 @@ class LeaseStatus:
     cancel_requested: bool
     superseded: bool
     lease_expires_at: datetime | None
+    # ACCEPTED while held (a requested cancel included: the holder still reports it); otherwise the
+    # refusal any report under this lease would get. The flags say the same for older readers.
+    outcome: ReportOutcome
     # The job's resource version was deleted; cancel_requested is set too, so a worker stops as for a cancel.
     resource_deleted: bool = False
     # Not held because the holder's own completion or failure report already ended the attempt.
@@ -189,6 +194,8 @@ class ReleaseReport:
     lease: LeaseRef
     started: bool
     reason: str
+    # The attempt's unshipped log lines (sequence, line), kept in the release's transaction.
+    last_lines: tuple[tuple[int, LogLine], ...] = ()
 
 
 @dataclass(frozen=True)

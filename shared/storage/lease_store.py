@@ -24,6 +24,7 @@ from shared.domain.jobs import (
 from shared.domain.trace_context import TraceContext
 from shared.storage import queries
 from shared.storage.database import Connection, savepoint
+from shared.storage.refusals import refusal, refusals
 
 
 @dataclass(frozen=True)
@@ -135,26 +136,9 @@ async def _move_isolating(
     moved.extend(_transitions(rows))
 
 
-async def _refusals(conn: Connection, job_ids: Sequence[JobId]) -> dict[JobId, ReportOutcome]:
-    """Why each named job refused a report, read after the refusing statement."""
-    cur = await conn.execute(queries.JOB_LEASE_DIAGNOSE, {"job_ids": list(job_ids)})
-    return {
-        JobId(str(r["job_id"])): refusal_outcome(JobState(r["state"]), resource_deleted=r["resource_deleted"])
-        for r in await cur.fetchall()
-    }
-
-
-async def refusal_for(conn: Connection, job_id: JobId) -> ReportOutcome:
-    """Why a fenced statement found no running row of this job under the caller's token."""
-    return await _refusal(conn, job_id)
-
-
-async def _refusal(conn: Connection, job_id: JobId) -> ReportOutcome:
-    return (await _refusals(conn, [job_id])).get(job_id, ReportOutcome.LEASE_LOST)
-
-
 async def heartbeat(conn: Connection, leases: Sequence[LeaseRef], *, lease_seconds: float) -> list[LeaseStatus]:
-    """Extends held leases; for the others says whether the job was cancelled or superseded."""
+    """Extends held leases; for the others says whether the job was cancelled or superseded, and the
+    refusal (the outcome) any report under that lease would get."""
     cur = await conn.execute(
         queries.JOB_HEARTBEAT_BATCH,
         {
@@ -183,6 +167,11 @@ async def heartbeat(conn: Connection, leases: Sequence[LeaseRef], *, lease_secon
                 superseded=state is JobState.SUPERSEDED,
                 lease_expires_at=row["lease_expires_at"] if row else None,
                 resource_deleted=bool(row is None and now and now["resource_deleted"]),
+                outcome=(
+                    ReportOutcome.ACCEPTED
+                    if row is not None
+                    else refusal_outcome(state, resource_deleted=bool(now and now["resource_deleted"]))
+                ),
                 # Only the holder's own completion can make it SUCCEEDED under this token: a heartbeat
                 # that raced it. (A failure under the same token may also be the lease sweep's.)
                 ended_by_holder=(
@@ -206,7 +195,7 @@ async def complete_batch(conn: Connection, *, worker_id: str, completions: Seque
     )
     finished = {(r["job_id"], r["fencing_token"]): JobState(r["state"]) for r in await cur.fetchall()}
     refused = [c.job_id for c in completions if (c.job_id, c.fencing_token) not in finished]
-    refusals = await _refusals(conn, refused) if refused else {}
+    refused_why = await refusals(conn, refused)
     outcomes = []
     for c in completions:
         state = finished.get((c.job_id, c.fencing_token))
@@ -215,7 +204,7 @@ async def complete_batch(conn: Connection, *, worker_id: str, completions: Seque
         elif state is JobState.CANCELLED:
             outcomes.append(ReportOutcome.JOB_CANCELLED)
         else:
-            outcomes.append(refusals.get(c.job_id, ReportOutcome.LEASE_LOST))
+            outcomes.append(refused_why[c.job_id])
     return outcomes
 
 
@@ -260,7 +249,7 @@ async def push_back(
 
 async def _fail_outcome(conn: Connection, lease: LeaseRef, row: dict[str, Any] | None) -> FailOutcome | ReportOutcome:
     if row is None:
-        return await _refusal(conn, lease.job_id)
+        return await refusal(conn, lease.job_id)
     state = JobState(row["state"])
     waiting = state in (JobState.RETRY_WAIT, JobState.PENDING)
     next_at: datetime | None = row["run_after"] if waiting else None
@@ -282,5 +271,5 @@ async def release(
     )
     row = await cur.fetchone()
     if row is None:
-        return await _refusal(conn, lease.job_id)
+        return await refusal(conn, lease.job_id)
     return JobState(row["state"])
