@@ -39,8 +39,8 @@ def test_every_relative_link_resolves(page: Path) -> None:
             continue
         path, _, anchor = target.partition("#")
         resolved = (page.parent / path).resolve() if path else page
-        if not resolved.exists():
-            broken.append(target)
-        elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+        exists = resolved.exists()
+        anchor_missing = exists and anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved)
+        if not exists or anchor_missing:
             broken.append(target)
     assert broken == []
