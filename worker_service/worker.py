@@ -515,9 +515,10 @@ class Worker:
             return
         self._signal(Signal.REPORTED, job.job_id, "released", state.value)
         if isinstance(state, ReportOutcome):
-            label = _REFUSAL_LABELS[state]
-        else:
-            label = AttemptOutcome.CANCELLED if state is JobState.CANCELLED else AttemptOutcome.RELEASED
+            self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[state])
+            self._refused(active, state)
+            return
+        label = AttemptOutcome.CANCELLED if state is JobState.CANCELLED else AttemptOutcome.RELEASED
         self._metrics.count_outcome(job.tenant, job.kind, label)
         log.info("released: %s", report.reason, extra={**active.log_fields, "state": state.value})
 

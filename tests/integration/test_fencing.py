@@ -212,6 +212,8 @@ async def test_a_cancel_is_released_with_its_last_lines_and_recorded_as_no_failu
     assert state is JobState.CANCELLED
     row = sync_db.one("SELECT last_error_category, last_error_message FROM jobs WHERE job_id = %s", (claimed.job_id,))
     assert row == {"last_error_category": None, "last_error_message": None}, "a cancel is no failure"
+    ended = sync_db.one("SELECT reason FROM job_events WHERE job_id = %s AND to_state = 'cancelled'", (claimed.job_id,))
+    assert ended == {"reason": "cancelled"}, "the history says what ended it, as after a failure report"
     kept = sync_db.one("SELECT sequence, message FROM job_logs WHERE job_id = %s", (claimed.job_id,))
     assert kept == {"sequence": 1, "message": "stopping on request"}
     (again,) = await reports.release_many(

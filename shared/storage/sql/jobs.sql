@@ -376,7 +376,8 @@ SET state = c.next_state,
     lease_owner = NULL,
     lease_expires_at = NULL,
     transition_actor = 'worker:' || %(worker_id)s,
-    transition_reason = 'released: ' || %(reason)s
+    -- A cancel ends the job as job_fail ends it: the history says `cancelled`, whichever report ended it.
+    transition_reason = CASE WHEN c.next_state = 'cancelled' THEN 'cancelled' ELSE 'released: ' || %(reason)s END
 FROM decided AS c
 WHERE j.job_id = c.job_id
 RETURNING j.job_id, j.tenant, j.kind, j.state, j.attempts, j.fencing_token;
