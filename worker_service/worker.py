@@ -11,7 +11,7 @@ import os
 import random
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 
 from durable_jobs.handlers import (
@@ -80,7 +80,6 @@ _FAIL_OUTCOME_LABELS = {
     JobState.PENDING: AttemptOutcome.PUSHED_BACK,
 }
 _REFUSAL_LABELS = {
-    ReportOutcome.ACCEPTED: AttemptOutcome.SUCCEEDED,
     ReportOutcome.LEASE_LOST: AttemptOutcome.LEASE_LOST,
     ReportOutcome.JOB_CANCELLED: AttemptOutcome.CANCELLED,
     ReportOutcome.JOB_SUPERSEDED: AttemptOutcome.SUPERSEDED,
@@ -442,24 +441,18 @@ class Worker:
         except ApiUnreachable as exc:
             self._unreported(active, exc)
             return
-        self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[outcome])
         self._signal(Signal.REPORTED, job.job_id, "completed", outcome.value)
         if outcome is ReportOutcome.ACCEPTED:
+            self._metrics.count_outcome(job.tenant, job.kind, AttemptOutcome.SUCCEEDED)
             log.info("job succeeded", extra={**active.log_fields, "state": "succeeded"})
         else:
             self._refused(active, outcome)
 
     async def _report_failure(self, active: ActiveJob, error: JobError, hint: RetryHint | None = None) -> None:
         job = active.claimed
-        try:
-            outcome = await self._api.fail(FailureReport(active.lease, error, hint), deadline=self._report_deadline())
-        except ApiUnreachable as exc:
-            self._unreported(active, exc)
-            return
-        self._signal(Signal.REPORTED, job.job_id, "failed", outcome.value)
-        if isinstance(outcome, ReportOutcome):
-            self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[outcome])
-            self._refused(active, outcome)
+        report = FailureReport(active.lease, error, hint)
+        outcome = await self._answer(active, "failed", self._api.fail(report, deadline=self._report_deadline()))
+        if outcome is None:
             return
         self._metrics.count_outcome(job.tenant, job.kind, _FAIL_OUTCOME_LABELS.get(outcome, AttemptOutcome.FAILED))
         # A failure report that found a cancel requested ended the job CANCELLED: no failure; nor is a pushback.
@@ -507,22 +500,31 @@ class Worker:
             reason="cancelled on request" if cancel else "worker shutting down",
             last_lines=await self._logs.take(job.job_id),
         )
-        try:
-            deadline = self._report_deadline() if cancel else time.monotonic() + RELEASE_DEADLINE_SECONDS
-            state = await self._api.release(report, deadline=deadline)
-        except ApiUnreachable as exc:
-            self._unreported(active, exc)
-            return
-        self._signal(Signal.REPORTED, job.job_id, "released", state.value)
-        if isinstance(state, ReportOutcome):
-            self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[state])
-            self._refused(active, state)
+        deadline = self._report_deadline() if cancel else time.monotonic() + RELEASE_DEADLINE_SECONDS
+        state = await self._answer(active, "released", self._api.release(report, deadline=deadline))
+        if state is None:
             return
         label = AttemptOutcome.CANCELLED if state is JobState.CANCELLED else AttemptOutcome.RELEASED
         self._metrics.count_outcome(job.tenant, job.kind, label)
         log.info("released: %s", report.reason, extra={**active.log_fields, "state": state.value})
 
+    async def _answer(
+        self, active: ActiveJob, report: str, call: Coroutine[None, None, JobState | ReportOutcome]
+    ) -> JobState | None:
+        """Where a report left the job; None when it was refused or never answered, each dealt with here."""
+        try:
+            answer = await call
+        except ApiUnreachable as exc:
+            self._unreported(active, exc)
+            return None
+        self._signal(Signal.REPORTED, active.claimed.job_id, report, answer.value)
+        if isinstance(answer, ReportOutcome):
+            self._refused(active, answer)
+            return None
+        return answer
+
     def _refused(self, active: ActiveJob, outcome: ReportOutcome) -> None:
+        self._metrics.count_outcome(active.claimed.tenant, active.claimed.kind, _REFUSAL_LABELS[outcome])
         if outcome is ReportOutcome.LEASE_LOST:
             self._metrics.leases_lost.inc()
         log.warning("report refused: %s; job dropped", outcome.value, extra=active.log_fields)
