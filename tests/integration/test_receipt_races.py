@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from shared.domain.errors import LeaseLost
 from api_service.usecases.lifecycle import JobLifecycle
+from shared.domain.errors import LeaseLost
 from shared.domain.jobs import JobState, LeaseRef
 from shared.storage import lease_store
 from shared.storage.database import Database
@@ -44,9 +44,7 @@ def _sweep_waits_on_a_lock(sync_db: SyncProbe) -> bool:
 
 def _backends_waiting_on_a_lock(sync_db: SyncProbe) -> int:
     return len(
-        sync_db.rows(
-            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
+        sync_db.rows("SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
     )
 
 
