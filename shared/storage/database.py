@@ -159,12 +159,18 @@ async def _begin(conn: Connection, tenant: str | None, seconds_left: float) -> N
     it sends none, and ours goes in one pipeline with the settings. The transaction ends as psycopg's
     would: committed or rolled back when the connection's block ends."""
     timeout_ms = str(max(1, int(seconds_left * 1000)))
+    # Plain cursors, not the connection's own: with JOBS_FAULT_INJECTION on, those fail a fraction of the
+    # statements they run, and that fraction is meant of the transaction's work. Counting BEGIN and the
+    # bounds too would triple the faults of a one-statement transaction (a claim, a heartbeat), and with
+    # them the leases lost to claims whose reply never came (docs/CHAOS.md).
     async with conn.pipeline():
-        await conn.execute(queries.SESSION_BEGIN)
+        await psycopg.AsyncCursor(conn).execute(queries.SESSION_BEGIN)
         if tenant is None:
-            await conn.execute(queries.SESSION_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms})
+            await psycopg.AsyncCursor(conn).execute(queries.SESSION_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms})
         else:
-            await conn.execute(queries.SESSION_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms})
+            await psycopg.AsyncCursor(conn).execute(
+                queries.SESSION_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms}
+            )
 
 
 class Database:
