@@ -17,6 +17,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from shared.domain.errors import (
+    DatabaseUnreachable,
     DeadlineExceeded,
     FieldViolation,
     InvalidArgument,
@@ -93,14 +94,14 @@ def translate_db_errors() -> Iterator[None]:
         yield
     except PoolTimeout as exc:
         # Either every connection is busy or none can be made (the database is down): both transient.
-        raise Unavailable("no database connection became available in time") from exc
+        raise DatabaseUnreachable("no database connection became available in time") from exc
     except psycopg.errors.QueryCanceled as exc:
         raise DeadlineExceeded("the database did not answer in time") from exc
     except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as exc:
         raise Unavailable("a conflicting update won; try again") from exc
     except psycopg.errors.ReadOnlySqlTransaction as exc:
         # A server that stopped taking writes (being demoted, or fenced by an operator): nothing was written.
-        raise Unavailable("the database does not accept writes right now") from exc
+        raise DatabaseUnreachable("the database does not accept writes right now") from exc
     except psycopg.DataError as exc:
         raise InvalidArgument(FieldViolation("request", "a value is out of range")) from exc
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
