@@ -62,21 +62,25 @@ async def test_one_callers_refusal_does_not_touch_the_others_in_its_group(servic
     assert sync_db.one("SELECT count(*) AS n FROM jobs")["n"] == 11
 
 
+def _insert_tag(tag: str, failing: dict[str, str]):
+    """Work for `each_alone`: inserts `tag` into group_probe, then runs `failing[tag]`, if any."""
+
+    async def work(conn):
+        await conn.execute("CREATE TABLE IF NOT EXISTS group_probe (tag text)")
+        await conn.execute("INSERT INTO group_probe VALUES (%s)", (tag,))
+        if tag in failing:
+            await conn.execute(failing[tag])
+        return tag
+
+    return work
+
+
 async def test_a_failed_statement_rolls_back_the_group_and_each_item_runs_alone(db, sync_db):
     committer: GroupCommitter = GroupCommitter(db, each_alone, flushers=1)
-
-    def insert(tag: str):
-        async def work(conn):
-            await conn.execute("CREATE TABLE IF NOT EXISTS group_probe (tag text)")
-            await conn.execute("INSERT INTO group_probe VALUES (%s)", (tag,))
-            if tag == "bad":
-                await conn.execute("SELECT 1 / 0")
-            return tag
-
-        return work
+    failing = {"bad": "SELECT 1 / 0"}
 
     answers = await asyncio.gather(
-        *(committer.run(insert(tag)) for tag in ("a", "b", "bad", "c")), return_exceptions=True
+        *(committer.run(_insert_tag(tag, failing)) for tag in ("a", "b", "bad", "c")), return_exceptions=True
     )
 
     assert answers[:2] + answers[3:] == ["a", "b", "c"]
@@ -390,18 +394,10 @@ async def test_a_group_whose_connection_was_lost_under_one_item_commits_the_othe
     own, commit; only the item that lost its connection again is answered UNAVAILABLE."""
     sync_db.execute("CREATE TABLE group_probe (tag text)")
     committer: GroupCommitter = GroupCommitter(db, each_alone, flushers=1)
-
-    def insert(tag: str):
-        async def work(conn):
-            await conn.execute("INSERT INTO group_probe VALUES (%s)", (tag,))
-            if tag == "cut":
-                await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
-            return tag
-
-        return work
+    failing = {"cut": "SELECT pg_terminate_backend(pg_backend_pid())"}
 
     answers = await asyncio.gather(
-        *(committer.run(insert(tag)) for tag in ("a", "b", "cut", "c", "d")), return_exceptions=True
+        *(committer.run(_insert_tag(tag, failing)) for tag in ("a", "b", "cut", "c", "d")), return_exceptions=True
     )
 
     assert answers[:2] + answers[3:] == ["a", "b", "c", "d"]
