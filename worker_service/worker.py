@@ -25,6 +25,7 @@ from durable_jobs.handlers import (
 )
 from shared.domain.errors import JobsError, LeaseLost
 from shared.domain.jobs import (
+    ChildJob,
     ClaimedJob,
     Completion,
     ErrorCategory,
@@ -86,6 +87,8 @@ _REFUSAL_LABELS = {
     ReportOutcome.RESOURCE_DELETED: AttemptOutcome.RESOURCE_DELETED,
     # The API's result limit is lower than this replica's: the API failed the attempt instead.
     ReportOutcome.RESULT_TOO_LARGE: AttemptOutcome.FAILED,
+    # The API refused a spawned job (its kind unknown to the API, say): it failed the attempt instead.
+    ReportOutcome.CHILDREN_REFUSED: AttemptOutcome.FAILED,
 }
 
 
@@ -431,7 +434,8 @@ class Worker:
             return
         try:
             outcome = await self._batcher.complete(
-                Completion(job.job_id, job.fencing_token, result), deadline=self._report_deadline()
+                Completion(job.job_id, job.fencing_token, result, _children(active.context)),
+                deadline=self._report_deadline(),
             )
         except ApiUnreachable as exc:
             self._unreported(active, exc)
@@ -598,6 +602,10 @@ class Worker:
             len(tasks) - len(unfinished),
             len(unfinished),
         )
+
+
+def _children(context: JobContext) -> tuple[ChildJob, ...]:
+    return tuple(ChildJob.of(spawned) for spawned in context.spawned) if context.spawned else ()
 
 
 def _uncancel_current_task() -> None:
