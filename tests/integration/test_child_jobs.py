@@ -75,7 +75,9 @@ def child(kind: str = "echo", payload: bytes = b"child", **fields: Any) -> Child
     return ChildJob(JobId(str(job_id)), factories.new_job(kind=kind, payload=payload, **fields))
 
 
-def completion(claimed: ClaimedJob, *children: ChildJob, token: int | None = None, result: bytes = b"done") -> Completion:
+def completion(
+    claimed: ClaimedJob, *children: ChildJob, token: int | None = None, result: bytes = b"done"
+) -> Completion:
     fencing = FencingToken(claimed.fencing_token if token is None else token)
     return Completion(claimed.job_id, fencing, result, tuple(children))
 
