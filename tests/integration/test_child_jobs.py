@@ -21,6 +21,7 @@ from shared.domain.jobs import (
     ClaimedJob,
     Completion,
     ErrorCategory,
+    Job,
     JobState,
     LeaseRef,
     ListFilter,
@@ -82,7 +83,7 @@ def completion(
     return Completion(claimed.job_id, fencing, result, tuple(children))
 
 
-async def children_of(db: Database, parent: JobId, tenant: TenantId = TENANT) -> list[job_store.Job]:
+async def children_of(db: Database, parent: JobId, tenant: TenantId = TENANT) -> list[Job]:
     async with db.transaction() as conn:
         page = await job_store.list_jobs(conn, tenant, ListFilter(parent_job_id=parent), None, 1000)
     return page.jobs
@@ -132,7 +133,7 @@ async def test_a_stale_parent_creates_no_children_even_racing_the_current_holder
         reports.complete_many("worker-2", [completion(current, *current_children)]),
     )
 
-    assert outcomes == [[ReportOutcome.LEASE_LOST], [ReportOutcome.ACCEPTED]]
+    assert list(outcomes) == [[ReportOutcome.LEASE_LOST], [ReportOutcome.ACCEPTED]]
     found = {j.job_id for j in await children_of(db, stale.job_id)}
     assert found == {c.job_id for c in current_children}
 
