@@ -72,13 +72,12 @@ def register(registry: HandlerRegistry) -> None:
 
 
 def _spawn_pages(ctx: JobContext) -> bytes:
-    """Spawns one `plain.echo` child per page the payload names (JSON {"pages": n}) and a fan-in that
-    depends on them all; the result names them: {"pages": [ids], "fan_in": id}."""
-    pages = [
-        ctx.spawn("plain.echo", f"page {i}".encode(), labels={"page": str(i)})
-        for i in range(json.loads(ctx.payload)["pages"])
-    ]
-    merge = ctx.spawn(FAN_IN_KIND, b"", depends_on=pages)
+    """Spawns one `plain.echo` child per page the payload names (JSON {"pages": n}) and, unless it says
+    {"fan_in": false}, a fan-in that depends on them all; the result names them: {"pages": [ids],
+    "fan_in": id or null}."""
+    spec = json.loads(ctx.payload)
+    pages = [ctx.spawn("plain.echo", f"page {i}".encode(), labels={"page": str(i)}) for i in range(spec["pages"])]
+    merge = ctx.spawn(FAN_IN_KIND, b"", depends_on=pages) if spec.get("fan_in", True) else None
     return json.dumps({"pages": pages, "fan_in": merge}).encode()
 
 

@@ -111,6 +111,7 @@ OPERATOR_QUEUE_OVERVIEW = _operator.pop("operator_queue_overview")
 OPERATOR_JOB_GET = _operator.pop("operator_job_get")
 OPERATOR_JOB_DEPENDENCIES = _operator.pop("operator_job_dependencies")
 OPERATOR_JOB_DEPENDENTS_PAGE = _operator.pop("operator_job_dependents_page")
+OPERATOR_JOB_CHILDREN_PAGE = _operator.pop("operator_job_children_page")
 
 MIGRATION_LOCK = _migrations.pop("migration_lock")
 MIGRATION_UNLOCK = _migrations.pop("migration_unlock")
