@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from durable_jobs import SpawnRefused
+from durable_jobs._proto.jobs.v1 import jobs_pb2
 from durable_jobs.children import CHILDREN_BYTES_MAX, CHILDREN_PER_PARENT_MAX
+from durable_jobs.jobs import Job
 from durable_jobs.testing import context_for, run_handler
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import ChildJob, Completion, child_size
@@ -111,3 +113,12 @@ def test_a_largest_result_with_its_largest_children_fits_one_call() -> None:
     ctx = context_for(b"")
     ctx.spawn("echo", b"p" * 1000, labels={"k": "v"}, depends_on=["00000000-0000-7000-8000-000000000002"])
     assert ctx.spawned[0].size == child_size(ChildJob.of(ctx.spawned[0]).job)
+
+
+def test_the_sdks_job_names_its_parent() -> None:
+    parent = "00000000-0000-7000-8000-000000000001"
+    assert (
+        Job.from_proto(jobs_pb2.Job(job_id="c", state=jobs_pb2.JOB_STATE_PENDING, parent_job_id=parent)).parent_job_id
+        == parent
+    )
+    assert Job.from_proto(jobs_pb2.Job(job_id="s", state=jobs_pb2.JOB_STATE_PENDING)).parent_job_id is None
