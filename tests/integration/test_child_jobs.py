@@ -281,3 +281,28 @@ async def test_parents_with_and_without_children_complete_in_one_batch(db: Datab
     assert outcomes == [ReportOutcome.ACCEPTED, ReportOutcome.ACCEPTED, ReportOutcome.LEASE_LOST]
     assert [j.job_id for j in await children_of(db, parent.job_id)] == [spawned.job_id]
     assert await children_of(db, stale.job_id) == []
+
+
+async def test_racing_replicas_create_only_the_current_holders_children(db: Database, reports: WorkerReports) -> None:
+    """Many parents at once, each completed by its stale holder and its current one in different batches
+    racing each other: every parent has exactly the current holder's children, and no other job exists."""
+    parents = 12
+    stale = [await factories.insert_and_claim(db) for _ in range(parents)]
+    current = [await factories.reclaim(db, s.job_id) for s in stale]
+    stale_reports = [completion(s, child(), child()) for s in stale]
+    current_reports = [completion(c, child(), child(), child()) for c in current]
+    before = await job_count(db)
+
+    batches = [
+        reports.complete_many("stale-replica", stale_reports[: parents // 2]),
+        reports.complete_many("current-replica", current_reports[parents // 2 :]),
+        reports.complete_many("current-replica-2", current_reports[: parents // 2]),
+        reports.complete_many("stale-replica-2", stale_reports[parents // 2 :]),
+    ]
+    outcomes = [outcome for batch in await asyncio.gather(*batches) for outcome in batch]
+
+    assert Counter(outcomes) == Counter({ReportOutcome.LEASE_LOST: parents, ReportOutcome.ACCEPTED: parents})
+    for report in current_reports:
+        found = {j.job_id for j in await children_of(db, report.job_id)}
+        assert found == {c.job_id for c in report.children}
+    assert await job_count(db) == before + 3 * parents
