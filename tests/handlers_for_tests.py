@@ -69,6 +69,7 @@ def register(registry: HandlerRegistry) -> None:
         handler = fan_out if executor == "async" else fan_out_plain
         registry.register(f"fanout.{executor}", max_attempts=2, backoff_base_seconds=0.1, executor=executor)(handler)
     registry.register(FAN_IN_KIND, max_attempts=2, backoff_base_seconds=0.1)(fan_in)
+    registry.register("spawn.unknown", max_attempts=3, backoff_base_seconds=0.1)(spawn_unknown_kind)
 
 
 def _spawn_pages(ctx: JobContext) -> bytes:
@@ -89,6 +90,13 @@ async def fan_out(ctx: JobContext) -> bytes:
 def fan_out_plain(ctx: JobContext) -> bytes:
     """fan_out as a plain def, for a thread or a child process."""
     return _spawn_pages(ctx)
+
+
+async def spawn_unknown_kind(ctx: JobContext) -> bytes:
+    """Spawns a kind no worker published: the API refuses the completion and fails the attempt."""
+    ctx.spawn("plain.echo", b"fine")
+    ctx.spawn("no.such.kind", b"")
+    return b"done"
 
 
 async def fan_in(ctx: JobContext) -> bytes:

@@ -14,6 +14,7 @@ from api_service.usecases.child_jobs import ChildJobs
 from api_service.usecases.lifecycle import JobLifecycle
 from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
+from jobs.v1 import jobs_pb2
 from shared.domain.children import CHILDREN_PER_PARENT_MAX
 from shared.domain.ids import FencingToken, JobId, TenantId, new_job_ids
 from shared.domain.jobs import (
@@ -31,6 +32,7 @@ from shared.domain.submission_rules import SubmissionLimits
 from shared.storage import job_store
 from shared.storage.database import Database
 from tests import factories
+from tests.process_fixtures import ServiceStack, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -306,3 +308,19 @@ async def test_racing_replicas_create_only_the_current_holders_children(db: Data
         found = {j.job_id for j in await children_of(db, report.job_id)}
         assert found == {c.job_id for c in report.children}
     assert await job_count(db) == before + 3 * parents
+
+
+def test_a_worker_whose_child_the_api_refuses_fails_its_job_once_naming_the_child(
+    service_stack: ServiceStack,
+) -> None:
+    service_stack.start_api()
+    service_stack.start_worker("w1", JOBS_HANDLER_MODULES="tests.handlers_for_tests")
+    acme = service_stack.tenant("acme")
+    parent = acme.submit("spawn.unknown").job.job_id
+
+    wait_until(lambda: acme.get(parent).state == jobs_pb2.JOB_STATE_FAILED, timeout=60, what="the parent to fail")
+    failed = acme.get(parent)
+    assert failed.attempts == 1, "a refused spawn fails the same way every time: no retry"
+    assert "children[1].kind" in failed.last_error.message
+    listed = acme.stub.ListJobs(jobs_pb2.ListJobsRequest(parent_job_id=parent), metadata=acme.metadata, timeout=10)
+    assert list(listed.jobs) == []
