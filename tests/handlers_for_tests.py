@@ -70,6 +70,7 @@ def register(registry: HandlerRegistry) -> None:
         registry.register(f"fanout.{executor}", max_attempts=2, backoff_base_seconds=0.1, executor=executor)(handler)
     registry.register(FAN_IN_KIND, max_attempts=2, backoff_base_seconds=0.1)(fan_in)
     registry.register("spawn.unknown", max_attempts=3, backoff_base_seconds=0.1)(spawn_unknown_kind)
+    registry.register("spawn.then_wait", max_attempts=3, backoff_base_seconds=0.1)(spawn_then_wait)
 
 
 def _spawn_pages(ctx: JobContext) -> bytes:
@@ -96,6 +97,15 @@ async def spawn_unknown_kind(ctx: JobContext) -> bytes:
     """Spawns a kind no worker published: the API refuses the completion and fails the attempt."""
     ctx.spawn("plain.echo", b"fine")
     ctx.spawn("no.such.kind", b"")
+    return b"done"
+
+
+async def spawn_then_wait(ctx: JobContext) -> bytes:
+    """Spawns two children labelled with this attempt's fencing token, then waits the payload's seconds
+    before it completes: long enough for a test to take its lease over."""
+    for _ in range(2):
+        ctx.spawn("plain.echo", b"child", labels={"token": str(ctx.fencing_token)})
+    await asyncio.sleep(json.loads(ctx.payload)["seconds"])
     return b"done"
 
 

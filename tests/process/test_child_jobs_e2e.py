@@ -1,12 +1,15 @@
 """Child jobs through the real processes: a handler of each shape (a coroutine, a thread, a child
 process) spawns pages and a fan-in; the API creates them with the parent's completion, the workers run
-them, and the fan-in runs last and reads every page's result. (A stale parent creates none:
-tests/integration/test_child_jobs.py races replicas' completions over PostgreSQL.)"""
+them, and the fan-in runs last and reads every page's result. A replica frozen past its lease, whose job
+another replica took over, leaves no child of its own (tests/integration/test_child_jobs.py sends such
+late completions to the API and races replicas' completions over PostgreSQL)."""
 
 from __future__ import annotations
 
 import json
+import signal
 
+import psycopg
 import pytest
 
 from jobs.v1 import jobs_pb2
@@ -65,3 +68,38 @@ def test_a_handler_fans_out_and_a_fan_in_gathers_the_results(service_stack: Serv
     # Another tenant learns nothing of them.
     other = service_stack.tenant("globex")
     assert _children(other, parent.job_id) == []
+
+
+def _owner(stack: ServiceStack, job_id: str) -> str | None:
+    with psycopg.connect(stack.database_url) as conn:
+        row = conn.execute("SELECT lease_owner FROM jobs WHERE job_id = %s AND state = 'running'", (job_id,)).fetchone()
+    return row[0] if row else None
+
+
+def test_a_replica_whose_lease_was_taken_over_leaves_no_children(service_stack: ServiceStack) -> None:
+    """The first replica spawns, then freezes past its lease; the second takes the job over, spawns its
+    own and completes. Thawed, the first one learns its lease is gone (by its own clock, or from the
+    API's refusal) and none of its children exists."""
+    service_stack.start_api()
+    frozen = service_stack.start_worker("frozen", JOBS_WORKER_CONCURRENCY="1", **TEST_HANDLERS)
+    client = service_stack.tenant("acme")
+    job_id = client.submit("spawn.then_wait", json.dumps({"seconds": 3}).encode()).job.job_id
+    wait_until(lambda: _owner(service_stack, job_id) == "frozen", timeout=30, what="the first replica to run it")
+
+    frozen.signal(signal.SIGSTOP)
+    try:
+        service_stack.start_worker("takeover", **TEST_HANDLERS)
+        wait_until(lambda: _owner(service_stack, job_id) == "takeover", timeout=60, what="the takeover")
+    finally:
+        frozen.signal(signal.SIGCONT)
+    done = _settled(client, job_id)
+    assert done.state == S.JOB_STATE_SUCCEEDED and done.fencing_token >= 2
+    wait_until(
+        lambda: "report refused" in frozen.log_text() or "stopped: lease expired" in frozen.log_text(),
+        timeout=30,
+        what="the thawed replica to learn its lease is gone",
+    )
+
+    children = _children(client, job_id)
+    assert len(children) == 2
+    assert {c.labels["token"] for c in children} == {str(done.fencing_token)}
