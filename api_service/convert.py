@@ -347,7 +347,14 @@ def completion_from_proto(request: worker_pb2.CompleteJobRequest, prefix: str = 
     if not request.children:
         return Completion(JobId(request.job_id), FencingToken(request.fencing_token), request.result)
     children = tuple(
-        ChildJob(JobId(child.job_id), new_job_from_proto(child.request, f"{prefix}children[{i}].request."))
+        ChildJob(
+            JobId(child.job_id),
+            new_job_from_proto(
+                child.request,
+                f"{prefix}children[{i}].request.",
+                trace_context_from_headers([("traceparent", child.traceparent), ("tracestate", child.tracestate)]),
+            ),
+        )
         for i, child in enumerate(request.children)
     )
     return Completion(JobId(request.job_id), FencingToken(request.fencing_token), request.result, children)

@@ -83,7 +83,13 @@ def _spawned_job(child: ChildJob) -> worker_pb2.SpawnedJob:
         request.run_after.FromDatetime(job.run_after.astimezone(UTC))
     if job.deadline is not None:
         request.deadline.FromDatetime(job.deadline.astimezone(UTC))
-    return worker_pb2.SpawnedJob(job_id=child.job_id, request=request)
+    trace = job.trace_context
+    return worker_pb2.SpawnedJob(
+        job_id=child.job_id,
+        request=request,
+        traceparent=trace.traceparent if trace else "",
+        tracestate=(trace.tracestate or "") if trace else "",
+    )
 
 
 def outcome_from_proto(number: int) -> ReportOutcome:

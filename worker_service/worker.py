@@ -38,6 +38,7 @@ from shared.domain.jobs import (
     RetryHint,
 )
 from shared.domain.results import result_too_large
+from shared.domain.trace_context import TraceContext
 from shared.storage import checkpoint_store, lease_store
 from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
@@ -434,7 +435,7 @@ class Worker:
             return
         try:
             outcome = await self._batcher.complete(
-                Completion(job.job_id, job.fencing_token, result, _children(active.context)),
+                Completion(job.job_id, job.fencing_token, result, spawned_children(active.context)),
                 deadline=self._report_deadline(),
             )
         except ApiUnreachable as exc:
@@ -604,8 +605,12 @@ class Worker:
         )
 
 
-def _children(context: JobContext) -> tuple[ChildJob, ...]:
-    return tuple(ChildJob.of(spawned) for spawned in context.spawned) if context.spawned else ()
+def spawned_children(context: JobContext) -> tuple[ChildJob, ...]:
+    """What the attempt spawned, in the trace the job was submitted in."""
+    if not context.spawned:
+        return ()
+    trace = TraceContext(context.traceparent, context.tracestate) if context.traceparent else None
+    return tuple(ChildJob.of(spawned, trace) for spawned in context.spawned)
 
 
 def _uncancel_current_task() -> None:

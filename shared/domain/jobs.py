@@ -167,8 +167,9 @@ class ChildJob:
     job: NewJob
 
     @classmethod
-    def of(cls, spawned: SpawnedJob) -> ChildJob:
-        """What a handler's ctx.spawn recorded, as its parent's completion carries it."""
+    def of(cls, spawned: SpawnedJob, trace_context: TraceContext | None = None) -> ChildJob:
+        """What a handler's ctx.spawn recorded, as its parent's completion carries it, in the parent's
+        trace when it has one."""
         return cls(
             spawned.job_id,
             NewJob(
@@ -181,6 +182,7 @@ class ChildJob:
                 depends_on=spawned.depends_on,
                 labels=dict(spawned.labels),
                 limit_keys=spawned.limit_keys,
+                trace_context=trace_context,
             ),
         )
 

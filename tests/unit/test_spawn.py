@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from api_service import convert as api_convert
 from durable_jobs import SpawnRefused
 from durable_jobs._proto.jobs.v1 import jobs_pb2
 from durable_jobs.children import CHILDREN_BYTES_MAX, CHILDREN_PER_PARENT_MAX
@@ -16,11 +17,13 @@ from durable_jobs.jobs import Job
 from durable_jobs.testing import context_for, run_handler
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.jobs import ChildJob, Completion, child_size
+from shared.domain.trace_context import TraceContext
 from shared.handlers import HandlerRegistry, JobContext
 from tests import handlers_for_tests
 from worker_service import convert
 from worker_service.completion_batcher import BATCH_BYTES_MAX
 from worker_service.handler_executors import HandlerExecutors
+from worker_service.worker import spawned_children
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -122,3 +125,19 @@ def test_the_sdks_job_names_its_parent() -> None:
         == parent
     )
     assert Job.from_proto(jobs_pb2.Job(job_id="s", state=jobs_pb2.JOB_STATE_PENDING)).parent_job_id is None
+
+
+def test_children_travel_in_the_parents_trace() -> None:
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    ctx = context_for(b"")
+    ctx.traceparent, ctx.tracestate = traceparent, "vendor=1"
+    ctx.spawn("echo", b"x")
+    sent = convert.complete_jobs_request([Completion(ctx.job_id, FencingToken(1), b"", spawned_children(ctx))])
+    (child,) = sent.completions[0].children
+    assert (child.traceparent, child.tracestate) == (traceparent, "vendor=1")
+
+    received = api_convert.completion_from_proto(sent.completions[0])
+    assert received.children[0].job.trace_context == TraceContext(traceparent, "vendor=1")
+    untraced = context_for(b"")
+    untraced.spawn("echo")
+    assert spawned_children(untraced)[0].job.trace_context is None

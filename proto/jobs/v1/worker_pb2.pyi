@@ -86,12 +86,16 @@ class CompleteJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., result: _Optional[bytes] = ..., children: _Optional[_Iterable[_Union[SpawnedJob, _Mapping]]] = ...) -> None: ...
 
 class SpawnedJob(_message.Message):
-    __slots__ = ("job_id", "request")
+    __slots__ = ("job_id", "request", "traceparent", "tracestate")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     request: _jobs_pb2.SubmitJobRequest
-    def __init__(self, job_id: _Optional[str] = ..., request: _Optional[_Union[_jobs_pb2.SubmitJobRequest, _Mapping]] = ...) -> None: ...
+    traceparent: str
+    tracestate: str
+    def __init__(self, job_id: _Optional[str] = ..., request: _Optional[_Union[_jobs_pb2.SubmitJobRequest, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
 
 class CompleteJobResponse(_message.Message):
     __slots__ = ("state",)
