@@ -142,12 +142,10 @@ async def insert_many(
     given: `spawned` is a parent's id and its children's ids, which their worker made). Each job is built
     from its submission and the few columns the database fills in: reading the whole row back and
     decoding it was an eighth of the API's time per `SubmitJob`."""
-    job_ids = [uuid.UUID(j) for j in spawned[1]] if spawned else new_job_ids(len(items))
-    params = _insert_many_params(tenant, actor, job_ids, items)
-    params["parent_job_id"] = spawned[0] if spawned else None
+    parent, job_ids = (spawned[0], [uuid.UUID(j) for j in spawned[1]]) if spawned else (None, new_job_ids(len(items)))
+    params = {**_insert_many_params(tenant, actor, job_ids, items), "parent_job_id": parent}
     cur = await conn.execute(queries.JOB_INSERT_MANY, params)
     stored = {row["job_id"]: row for row in await cur.fetchall()}
-    parent = spawned[0] if spawned else None
     return [
         _new_plain_job(tenant, job_id, item, stored[job_id], parent)
         for job_id, item in zip(job_ids, items, strict=True)
