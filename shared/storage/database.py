@@ -273,7 +273,8 @@ class Database:
             except psycopg.errors.ReadOnlySqlTransaction:
                 await conn.close()  # as in `transaction`
                 raise
-            return await cur.fetchall()
+            # A statement that returns no rows (a plain INSERT) has no description.
+            return await cur.fetchall() if cur.description is not None else []
 
     @asynccontextmanager
     async def _bounded_connection(self) -> AsyncIterator[tuple[Connection, float]]:

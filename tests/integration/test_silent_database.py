@@ -82,6 +82,23 @@ async def test_a_transaction_on_a_silent_server_is_answered_unavailable_long_bef
         await db.close()
 
 
+async def test_a_statement_run_alone_on_a_silent_server_is_answered_unavailable_long_before_its_deadline(
+    database_url: str, proxies: tuple[SilentableProxy, SilentableProxy]
+) -> None:
+    proxy, _ = proxies
+    db = await _open(_through(database_url, proxy))
+    try:
+        await db.run_alone("SELECT 1", {})
+        proxy.fall_silent()
+        async with asyncio.timeout(CALLER_DEADLINE_SECONDS / 2):
+            with call_deadline(CALLER_DEADLINE_SECONDS), pytest.raises(Unavailable):
+                await db.run_alone("SELECT 1", {})
+        proxy.speak_again()
+        await _await_service(db)
+    finally:
+        await db.close()
+
+
 async def test_the_health_ping_of_a_silent_server_says_no_within_its_own_timeout(
     database_url: str, proxies: tuple[SilentableProxy, SilentableProxy]
 ) -> None:
