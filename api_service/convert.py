@@ -19,6 +19,7 @@ from shared.domain.errors import FieldViolation, InvalidArgument
 from shared.domain.ids import FencingToken, JobId
 from shared.domain.job_logs import AttemptLog, JobLogLine, LogLine, LogPosition
 from shared.domain.jobs import (
+    ChildJob,
     Completion,
     ErrorCategory,
     FailOutcome,
@@ -146,6 +147,7 @@ def job_to_proto(job: Job) -> jobs_pb2.Job:
         labels=job.labels,
         idempotency_key=job.idempotency_key or "",
         fencing_token=job.fencing_token,
+        parent_job_id=job.parent_job_id or "",
     )
     if job.last_error:
         message.last_error.CopyFrom(job_error_to_proto(job.last_error))
@@ -257,6 +259,7 @@ def list_filter_from_proto(request: jobs_pb2.ListJobsRequest) -> ListFilter:
         kind=request.kind or None,
         resource_key=request.resource_key or None,
         labels=dict(request.labels),
+        parent_job_id=JobId(request.parent_job_id) if request.parent_job_id else None,
     )
 
 
@@ -340,8 +343,21 @@ def lease_status_to_proto(status: LeaseStatus) -> worker_pb2.LeaseStatus:
     )
 
 
-def completion_from_proto(request: worker_pb2.CompleteJobRequest) -> Completion:
-    return Completion(JobId(request.job_id), FencingToken(request.fencing_token), request.result)
+def completion_from_proto(request: worker_pb2.CompleteJobRequest, prefix: str = "") -> Completion:
+    if not request.children:
+        return Completion(JobId(request.job_id), FencingToken(request.fencing_token), request.result)
+    children = tuple(
+        ChildJob(
+            JobId(child.job_id),
+            new_job_from_proto(
+                child.request,
+                f"{prefix}children[{i}].request.",
+                trace_context_from_headers([("traceparent", child.traceparent), ("tracestate", child.tracestate)]),
+            ),
+        )
+        for i, child in enumerate(request.children)
+    )
+    return Completion(JobId(request.job_id), FencingToken(request.fencing_token), request.result, children)
 
 
 def job_error_from_proto(error: jobs_pb2.JobError) -> JobError:

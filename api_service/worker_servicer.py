@@ -49,7 +49,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     async def CompleteJobs(
         self, request: worker_pb2.CompleteJobsRequest, context: Context
     ) -> worker_pb2.CompleteJobsResponse:
-        completions = [convert.completion_from_proto(item) for item in request.completions]
+        completions = [
+            convert.completion_from_proto(item, f"completions[{i}].") for i, item in enumerate(request.completions)
+        ]
         outcomes = await self._reports.complete_many(_worker_id(context), completions)
         return worker_pb2.CompleteJobsResponse(
             outcomes=[

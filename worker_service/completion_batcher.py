@@ -8,12 +8,13 @@ import logging
 import time
 from dataclasses import dataclass
 
-from shared.domain.jobs import Completion, ReportOutcome
+from shared.domain.jobs import Completion, ReportOutcome, child_size
 from worker_service.api_client import ApiClient, ApiUnreachable
 
 log = logging.getLogger(__name__)
-# Results in one call: under the API's gRPC message limit (4 MiB at least) with room for the rest of the
-# call. A completion larger than this on its own goes alone (the API's limit grows with its result limit).
+# Results (and the jobs they spawned) in one call: under the API's gRPC message limit (4 MiB at least)
+# with room for the rest of the call. A completion larger than this on its own goes alone (the API's limit
+# grows with its result limit).
 BATCH_BYTES_MAX = 3 * 1024 * 1024
 # CompleteJobs calls in flight at once (JOBS_COMPLETION_CALLS_MAX). With one, completions that arrive
 # while a call travels wait for its answer before theirs can leave: at a hundred slots most of a job's
@@ -30,7 +31,8 @@ class _Pending:
 
     @property
     def size(self) -> int:
-        return len(self.completion.result)
+        # A completion's spawned jobs travel with it (at most CHILDREN_BYTES_MAX of them).
+        return len(self.completion.result) + sum(child_size(c.job) for c in self.completion.children)
 
 
 class CompletionBatcher:

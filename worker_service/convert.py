@@ -12,6 +12,7 @@ from shared.domain.checkpoints import Checkpoint, ProgressReport
 from shared.domain.ids import FencingToken, JobId
 from shared.domain.job_logs import AttemptLog
 from shared.domain.jobs import (
+    ChildJob,
     Completion,
     ErrorCategory,
     FailureReport,
@@ -56,9 +57,38 @@ def lease_status_from_proto(message: worker_pb2.LeaseStatus) -> LeaseStatus:
 def complete_jobs_request(completions: list[Completion]) -> worker_pb2.CompleteJobsRequest:
     return worker_pb2.CompleteJobsRequest(
         completions=[
-            worker_pb2.CompleteJobRequest(job_id=c.job_id, fencing_token=c.fencing_token, result=c.result)
+            worker_pb2.CompleteJobRequest(
+                job_id=c.job_id,
+                fencing_token=c.fencing_token,
+                result=c.result,
+                children=[_spawned_job(child) for child in c.children] if c.children else None,
+            )
             for c in completions
         ]
+    )
+
+
+def _spawned_job(child: ChildJob) -> worker_pb2.SpawnedJob:
+    job = child.job
+    request = jobs_pb2.SubmitJobRequest(
+        kind=job.kind,
+        payload=job.payload,
+        priority=job.priority,
+        max_attempts=job.max_attempts,
+        depends_on=list(job.depends_on),
+        labels=job.labels,
+        limit_keys=list(job.limit_keys),
+    )
+    if job.run_after is not None:
+        request.run_after.FromDatetime(job.run_after.astimezone(UTC))
+    if job.deadline is not None:
+        request.deadline.FromDatetime(job.deadline.astimezone(UTC))
+    trace = job.trace_context
+    return worker_pb2.SpawnedJob(
+        job_id=child.job_id,
+        request=request,
+        traceparent=trace.traceparent if trace else "",
+        tracestate=(trace.tracestate or "") if trace else "",
     )
 
 

@@ -25,6 +25,7 @@ from durable_jobs.handlers import (
 )
 from shared.domain.errors import JobsError, LeaseLost
 from shared.domain.jobs import (
+    ChildJob,
     ClaimedJob,
     Completion,
     ErrorCategory,
@@ -38,6 +39,7 @@ from shared.domain.jobs import (
     RetryHint,
 )
 from shared.domain.results import result_too_large
+from shared.domain.trace_context import TraceContext
 from shared.storage import checkpoint_store, lease_store
 from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
@@ -87,6 +89,8 @@ _REFUSAL_LABELS = {
     ReportOutcome.RESOURCE_DELETED: AttemptOutcome.RESOURCE_DELETED,
     # The API's result limit is lower than this replica's: the API failed the attempt instead.
     ReportOutcome.RESULT_TOO_LARGE: AttemptOutcome.FAILED,
+    # The API refused a spawned job (its kind unknown to the API, say): it failed the attempt instead.
+    ReportOutcome.CHILDREN_REFUSED: AttemptOutcome.FAILED,
 }
 
 
@@ -450,7 +454,8 @@ class Worker:
             return
         try:
             outcome = await self._batcher.complete(
-                Completion(job.job_id, job.fencing_token, result), deadline=self._report_deadline()
+                Completion(job.job_id, job.fencing_token, result, spawned_children(active.context)),
+                deadline=self._report_deadline(),
             )
         except ApiUnreachable as exc:
             self._unreported(active, exc)
@@ -617,6 +622,14 @@ class Worker:
             len(tasks) - len(unfinished),
             len(unfinished),
         )
+
+
+def spawned_children(context: JobContext) -> tuple[ChildJob, ...]:
+    """What the attempt spawned, in the trace the job was submitted in."""
+    if not context.spawned:
+        return ()
+    trace = TraceContext(context.traceparent, context.tracestate) if context.traceparent else None
+    return tuple(ChildJob.of(spawned, trace) for spawned in context.spawned)
 
 
 def _uncancel_current_task() -> None:

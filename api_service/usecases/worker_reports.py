@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
+from api_service.usecases.child_jobs import ChildJobs
 from shared.domain.checkpoints import (
     CHECKPOINTS_PER_JOB_MAX,
     Checkpoint,
@@ -77,6 +78,11 @@ def _refusal(outcome: ReportOutcome) -> FailedPrecondition:
             "the result is over the maximum (JOBS_MAX_RESULT_BYTES): the attempt failed PERMANENT",
             reason="RESULT_TOO_LARGE",
         )
+    if outcome is ReportOutcome.CHILDREN_REFUSED:
+        return FailedPrecondition(
+            "a spawned job was refused (see the job's last error): the attempt failed PERMANENT",
+            reason="CHILDREN_REFUSED",
+        )
     if outcome is ReportOutcome.JOB_CANCELLED:
         return JobCancelled()
     if outcome is ReportOutcome.JOB_SUPERSEDED:
@@ -133,8 +139,10 @@ class WorkerReports:
         *,
         lease_max_seconds: float,
         max_result_bytes: int = RESULT_LIMIT_BYTES_DEFAULT,
+        children: ChildJobs | None = None,
     ) -> None:
         self._db = db
+        self._children = children
         self._rejections = rejections
         self._lease_max_seconds = lease_max_seconds
         self._max_result_bytes = max_result_bytes
@@ -172,22 +180,45 @@ class WorkerReports:
         if len({c.job_id for c in completions}) != len(completions):
             raise InvalidArgument(FieldViolation("completions", "must not name a job twice"))
         too_large = {c.job_id: m for c in completions if (m := result_too_large(len(c.result), self._max_result_bytes))}
-        outcomes = await self._fail_too_large(worker_id, [c for c in completions if c.job_id in too_large], too_large)
-        storable = [c for c in completions if c.job_id not in too_large]
-        if storable:
+        outcomes = await self._fail_refused(worker_id, completions, too_large, ReportOutcome.RESULT_TOO_LARGE)
+        refused = await self._children_refused([c for c in completions if c.children and c.job_id not in too_large])
+        outcomes.update(await self._fail_refused(worker_id, completions, refused, ReportOutcome.CHILDREN_REFUSED))
+        storable = [c for c in completions if c.job_id not in too_large and c.job_id not in refused]
+        plain = [c for c in storable if not c.children]
+        if plain:
             # Apart from the failures above: each transaction takes its rows in job-id order.
             async with self._db.transaction() as conn:
-                stored = await lease_store.complete_batch(conn, worker_id=worker_id, completions=storable)
-            outcomes.update(zip((c.job_id for c in storable), stored, strict=True))
+                stored = await lease_store.complete_batch(conn, worker_id=worker_id, completions=plain)
+            outcomes.update(zip((c.job_id for c in plain), stored, strict=True))
+        for parent in (c for c in storable if c.children):
+            outcomes[parent.job_id] = await self._complete_parent(worker_id, parent)
         for completion in storable:
             outcome = outcomes[completion.job_id]
             if outcome is not ReportOutcome.ACCEPTED:
                 self._refused("completion", LeaseRef(completion.job_id, completion.fencing_token), outcome, worker_id)
         return [outcomes[c.job_id] for c in completions]
 
-    async def _fail_too_large(
-        self, worker_id: str, completions: Sequence[Completion], messages: dict[JobId, str]
+    async def _children_refused(self, parents: Sequence[Completion]) -> dict[JobId, str]:
+        if not parents:
+            return {}
+        if self._children is None:
+            return {c.job_id: "this API creates no spawned jobs" for c in parents}
+        return await self._children.refusals(parents)
+
+    async def _complete_parent(self, worker_id: str, parent: Completion) -> ReportOutcome:
+        """A completion with children, in a transaction of its own (ChildJobs.complete)."""
+        assert self._children is not None  # _children_refused refused them all otherwise
+        outcome = await self._children.complete(worker_id, parent)
+        if isinstance(outcome, ReportOutcome):
+            return outcome
+        failed = await self._fail_refused(worker_id, [parent], {parent.job_id: outcome}, ReportOutcome.CHILDREN_REFUSED)
+        return failed[parent.job_id]
+
+    async def _fail_refused(
+        self, worker_id: str, completions: Sequence[Completion], messages: dict[JobId, str], outcome: ReportOutcome
     ) -> dict[JobId, ReportOutcome]:
+        """Fails PERMANENT, naming the problem, the attempts whose completions `messages` refuses."""
+        completions = [c for c in completions if c.job_id in messages]
         if not completions:
             return {}
         reports = [
@@ -198,8 +229,7 @@ class WorkerReports:
         for report in reports:
             log.warning("completion refused: %s", report.error.message, extra={"job_id": report.lease.job_id})
         return {
-            r.lease.job_id: o if isinstance(o, ReportOutcome) else ReportOutcome.RESULT_TOO_LARGE
-            for r, o in zip(reports, failed, strict=True)
+            r.lease.job_id: o if isinstance(o, ReportOutcome) else outcome for r, o in zip(reports, failed, strict=True)
         }
 
     async def complete(self, worker_id: str, completion: Completion) -> JobState:

@@ -211,6 +211,20 @@ async def heartbeat(conn: Connection, leases: Sequence[LeaseRef], *, lease_secon
 
 async def complete_batch(conn: Connection, *, worker_id: str, completions: Sequence[Completion]) -> list[ReportOutcome]:
     """One fenced statement for the whole batch; outcomes in input order."""
+    outcomes, _ = await _complete(conn, worker_id, completions)
+    return outcomes
+
+
+async def complete_parent(conn: Connection, *, worker_id: str, completion: Completion) -> TenantId | ReportOutcome:
+    """The fenced completion of a job that spawned children: its tenant when it SUCCEEDED (the children
+    go in this transaction, in that tenant), else why it was refused."""
+    (outcome,), tenants = await _complete(conn, worker_id, [completion])
+    return tenants[completion.job_id] if outcome is ReportOutcome.ACCEPTED else outcome
+
+
+async def _complete(
+    conn: Connection, worker_id: str, completions: Sequence[Completion]
+) -> tuple[list[ReportOutcome], dict[JobId, TenantId]]:
     cur = await conn.execute(
         queries.JOB_COMPLETE_BATCH,
         {
@@ -220,7 +234,9 @@ async def complete_batch(conn: Connection, *, worker_id: str, completions: Seque
             "worker_id": worker_id,
         },
     )
-    finished = {(r["job_id"], r["fencing_token"]): JobState(r["state"]) for r in await cur.fetchall()}
+    rows = await cur.fetchall()
+    finished = {(r["job_id"], r["fencing_token"]): JobState(r["state"]) for r in rows}
+    tenants = {JobId(r["job_id"]): TenantId(r["tenant"]) for r in rows}
     refused = [c.job_id for c in completions if (c.job_id, c.fencing_token) not in finished]
     refusals = await _refusals(conn, refused) if refused else {}
     outcomes = []
@@ -232,7 +248,7 @@ async def complete_batch(conn: Connection, *, worker_id: str, completions: Seque
             outcomes.append(ReportOutcome.JOB_CANCELLED)
         else:
             outcomes.append(refusals.get(c.job_id, ReportOutcome.LEASE_LOST))
-    return outcomes
+    return outcomes, tenants
 
 
 async def fail_attempt(

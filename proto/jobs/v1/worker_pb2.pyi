@@ -21,6 +21,7 @@ class ReportOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REPORT_OUTCOME_JOB_SUPERSEDED: _ClassVar[ReportOutcome]
     REPORT_OUTCOME_RESOURCE_DELETED: _ClassVar[ReportOutcome]
     REPORT_OUTCOME_RESULT_TOO_LARGE: _ClassVar[ReportOutcome]
+    REPORT_OUTCOME_CHILDREN_REFUSED: _ClassVar[ReportOutcome]
 REPORT_OUTCOME_UNSPECIFIED: ReportOutcome
 REPORT_OUTCOME_ACCEPTED: ReportOutcome
 REPORT_OUTCOME_LEASE_LOST: ReportOutcome
@@ -28,6 +29,7 @@ REPORT_OUTCOME_JOB_CANCELLED: ReportOutcome
 REPORT_OUTCOME_JOB_SUPERSEDED: ReportOutcome
 REPORT_OUTCOME_RESOURCE_DELETED: ReportOutcome
 REPORT_OUTCOME_RESULT_TOO_LARGE: ReportOutcome
+REPORT_OUTCOME_CHILDREN_REFUSED: ReportOutcome
 
 class Lease(_message.Message):
     __slots__ = ("job_id", "fencing_token")
@@ -72,14 +74,28 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[LeaseStatus, _Mapping]]] = ...) -> None: ...
 
 class CompleteJobRequest(_message.Message):
-    __slots__ = ("job_id", "fencing_token", "result")
+    __slots__ = ("job_id", "fencing_token", "result", "children")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     fencing_token: int
     result: bytes
-    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., result: _Optional[bytes] = ...) -> None: ...
+    children: _containers.RepeatedCompositeFieldContainer[SpawnedJob]
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., result: _Optional[bytes] = ..., children: _Optional[_Iterable[_Union[SpawnedJob, _Mapping]]] = ...) -> None: ...
+
+class SpawnedJob(_message.Message):
+    __slots__ = ("job_id", "request", "traceparent", "tracestate")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    request: _jobs_pb2.SubmitJobRequest
+    traceparent: str
+    tracestate: str
+    def __init__(self, job_id: _Optional[str] = ..., request: _Optional[_Union[_jobs_pb2.SubmitJobRequest, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
 
 class CompleteJobResponse(_message.Message):
     __slots__ = ("state",)
