@@ -148,7 +148,10 @@ class Worker:
         self._metrics = metrics
         metrics.know_kinds(registry.kinds())
         self._batcher = CompletionBatcher(
-            api, flush_seconds=settings.completion_flush_seconds, batch_max=settings.completion_batch_max
+            api,
+            flush_seconds=settings.completion_flush_seconds,
+            batch_max=settings.completion_batch_max,
+            calls_max=settings.completion_calls_max,
         )
         self._progress = ProgressReporter(api, interval_seconds=settings.progress_interval_seconds)
         self._logs = LogShipper(api, interval_seconds=settings.progress_interval_seconds)
@@ -280,28 +283,43 @@ class Worker:
 
     async def _claim(self, limit: int) -> list[ClaimedJob]:
         try:
-            async with self._db.transaction() as conn:
-                claimed = await lease_store.claim_batch(
-                    conn,
-                    worker_id=self._settings.worker_id,
-                    kinds=sorted(self._registry.kinds()),
-                    limit=limit,
-                    lease_seconds=self._settings.lease_seconds,
-                )
-                leased_before = [job.job_id for job in claimed if job.leased_before]
-                if leased_before:
-                    # In the claim's transaction: one statement per batch, for the stages handlers skip;
-                    # none when every job is on its first lease (the usual batch), which has nothing to skip.
-                    done = await checkpoint_store.for_jobs(conn, leased_before)
-                    if done:
-                        claimed = [
-                            replace(job, checkpoints=done[job.job_id]) if job.job_id in done else job for job in claimed
-                        ]
+            # One statement in a transaction of its own: one round trip where BEGIN, claim and COMMIT took three.
+            claimed = await lease_store.claim_batch_alone(
+                self._db,
+                worker_id=self._settings.worker_id,
+                kinds=sorted(self._registry.kinds()),
+                limit=limit,
+                lease_seconds=self._settings.lease_seconds,
+            )
         except JobsError as exc:
             log.warning("claim failed: %s", exc.message)
             return []
         self._metrics.claim_batch.observe(len(claimed))
-        return claimed
+        if not any(job.leased_before for job in claimed):
+            return claimed  # the usual batch: every job on its first lease has no stage to skip
+        return await self._with_checkpoints(claimed)
+
+    async def _with_checkpoints(self, claimed: list[ClaimedJob]) -> list[ClaimedJob]:
+        """The stages that jobs leased before have finished, for their handlers to skip: one statement
+        per batch. When it fails, those jobs are handed back unstarted (their attempt not counted) rather
+        than run without their checkpoints, and the next claim takes them again."""
+        leased_before = [job for job in claimed if job.leased_before]
+        try:
+            async with self._db.transaction() as conn:
+                done = await checkpoint_store.for_jobs(conn, [job.job_id for job in leased_before])
+        except JobsError as exc:
+            log.warning("reading checkpoints failed: %s; handing %d jobs back", exc.message, len(leased_before))
+            await self._hand_back(leased_before, "worker could not read the job's checkpoints")
+            return [job for job in claimed if not job.leased_before]
+        return [replace(job, checkpoints=done[job.job_id]) if job.job_id in done else job for job in claimed]
+
+    async def _hand_back(self, jobs: list[ClaimedJob], reason: str) -> None:
+        """Releases claimed jobs that were never started; unanswered, their leases run out instead."""
+        reports = [ReleaseReport(LeaseRef(job.job_id, job.fencing_token), False, reason) for job in jobs]
+        try:
+            await self._api.release_many(reports, deadline=time.monotonic() + RELEASE_DEADLINE_SECONDS)
+        except ApiUnreachable as exc:
+            log.warning("could not hand %d jobs back (%s); their leases will expire", len(jobs), exc)
 
     def _start(self, job: ClaimedJob) -> None:
         lease = LeaseRef(job.job_id, job.fencing_token)

@@ -23,7 +23,7 @@ from shared.domain.jobs import (
 )
 from shared.domain.trace_context import TraceContext
 from shared.storage import queries
-from shared.storage.database import Connection, savepoint
+from shared.storage.database import Connection, Database, savepoint
 from shared.storage.refusals import refusal, refusals
 
 
@@ -42,10 +42,26 @@ class Transition:
 async def claim_batch(
     conn: Connection, *, worker_id: str, kinds: Sequence[str], limit: int, lease_seconds: float
 ) -> list[ClaimedJob]:
-    cur = await conn.execute(
-        queries.JOB_CLAIM_BATCH,
-        {"worker_id": worker_id, "kinds": list(kinds), "limit": limit, "lease_seconds": lease_seconds},
-    )
+    """The claim inside the caller's transaction (tests, and callers that do more in it)."""
+    cur = await conn.execute(queries.JOB_CLAIM_BATCH, _claim_params(worker_id, kinds, limit, lease_seconds))
+    return _claimed(await cur.fetchall())
+
+
+async def claim_batch_alone(
+    db: Database, *, worker_id: str, kinds: Sequence[str], limit: int, lease_seconds: float
+) -> list[ClaimedJob]:
+    """The claim in a transaction of its own, in one round trip (`Database.run_alone`); what it returns
+    is committed. One statement does the whole claim (routines/claim.sql), so nothing else belongs in
+    its transaction."""
+    rows = await db.run_alone(queries.JOB_CLAIM_BATCH, _claim_params(worker_id, kinds, limit, lease_seconds))
+    return _claimed(rows)
+
+
+def _claim_params(worker_id: str, kinds: Sequence[str], limit: int, lease_seconds: float) -> dict[str, Any]:
+    return {"worker_id": worker_id, "kinds": list(kinds), "limit": limit, "lease_seconds": lease_seconds}
+
+
+def _claimed(rows: Sequence[dict[str, Any]]) -> list[ClaimedJob]:
     return [
         ClaimedJob(
             job_id=JobId(row["job_id"]),
@@ -61,7 +77,7 @@ async def claim_batch(
             claimed_at=row["claimed_at"],
             trace_context=TraceContext(row["traceparent"], row["tracestate"]) if row["traceparent"] else None,
         )
-        for row in await cur.fetchall()
+        for row in rows
     ]
 
 
