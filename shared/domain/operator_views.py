@@ -82,6 +82,10 @@ class JobDetail:
     # more wait than are shown.
     sequence_queue: tuple[Relative, ...] = ()
     sequence_queue_more: bool = False
+    # One page of the jobs its handler spawned (up to 1,000), paged as the dependents are.
+    children: tuple[Relative, ...] = ()
+    children_after: JobId | None = None
+    more_children_after: JobId | None = None
 
     @property
     def version(self) -> str:

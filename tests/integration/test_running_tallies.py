@@ -214,7 +214,7 @@ async def test_the_migration_starts_the_tallies_from_the_running_rows(empty_data
             with conn.transaction():
                 conn.execute(migration.sql)
                 conn.execute(queries.MIGRATION_RECORD, {"version": migration.version, "name": migration.name})
-        # In that version's columns: the factories' insert is today's.
+        # Rows as that schema takes them: today's insert statements name columns later migrations add.
         for tenant in (A, B):
             conn.execute(
                 "INSERT INTO jobs (tenant, kind, state, payload, max_attempts, retry_budget)"

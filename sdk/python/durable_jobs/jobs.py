@@ -95,6 +95,8 @@ class Job:
     sequence_key: str = ""
     singleton_key: str = ""
     debounce_key: str = ""
+    # The job whose handler spawned this one (ctx.spawn); None for a submitted job.
+    parent_job_id: JobId | None = None
 
     @classmethod
     def from_proto(cls, job: jobs_pb2.Job) -> Job:
@@ -126,6 +128,7 @@ class Job:
             sequence_key=job.sequence_key,
             singleton_key=job.singleton_key,
             debounce_key=job.debounce_key,
+            parent_job_id=JobId(job.parent_job_id) if job.parent_job_id else None,
         )
 
 
