@@ -52,3 +52,11 @@ FROM generate_series(1, %(count)s);
 -- name: tenant_walked_count
 -- How many of `tenant`'s queued jobs the claim still walks: not parked behind a key.
 SELECT count(*) FROM jobs WHERE tenant = %(tenant)s AND state IN ('pending', 'retry_wait') AND parked_on IS NULL;
+
+-- name: jobs_secondary_indexes
+-- The indexes of `jobs` that no constraint owns, and how each is made: dropped before a bulk load and built
+-- again after it.
+SELECT i.indexname, i.indexdef
+FROM pg_indexes AS i
+WHERE i.schemaname = current_schema() AND i.tablename = 'jobs'
+  AND NOT EXISTS (SELECT 1 FROM pg_constraint AS c WHERE c.conrelid = 'jobs'::regclass AND c.conname = i.indexname);
