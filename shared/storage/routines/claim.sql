@@ -43,7 +43,9 @@
 -- - no sorts or sequential scans where an index will do: a plan made on statistics that lag the queue (a
 --   burst between two autoanalyze runs, a new tenant, a plan made while the table was nearly empty) read a
 --   tenant's whole queue and sorted it; the rows come in order from jobs_runnable_idx and the scan stops at
---   the batch. The sorts it cannot do without (the fair order over the locked rows) are made;
+--   the batch. The sorts it cannot do without (the fair order over the locked rows) are made. Incremental
+--   sorts too: over jobs_tenant_queued_idx, a B-tree on `tenant` alone since 0042, one would look cheap to
+--   such a plan and read a tenant's whole queue for its first job;
 -- - no just-in-time compilation: estimates on a long backlog could cross its threshold, 40 ms a claim.
 CREATE OR REPLACE FUNCTION jobs_claim(claim_worker text, claim_kinds text[], claim_limit integer,
                                       claim_lease_seconds double precision)
@@ -54,6 +56,7 @@ CREATE OR REPLACE FUNCTION jobs_claim(claim_worker text, claim_kinds text[], cla
     SET search_path = public, pg_temp
     SET plan_cache_mode = force_generic_plan
     SET enable_sort = off
+    SET enable_incremental_sort = off
     SET enable_seqscan = off
     SET jit = off
     AS $$
