@@ -17,6 +17,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from shared.domain.errors import (
+    DatabaseUnreachable,
     DeadlineExceeded,
     FieldViolation,
     InvalidArgument,
@@ -93,14 +94,14 @@ def translate_db_errors() -> Iterator[None]:
         yield
     except PoolTimeout as exc:
         # Either every connection is busy or none can be made (the database is down): both transient.
-        raise Unavailable("no database connection became available in time") from exc
+        raise DatabaseUnreachable("no database connection became available in time") from exc
     except psycopg.errors.QueryCanceled as exc:
         raise DeadlineExceeded("the database did not answer in time") from exc
     except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as exc:
         raise Unavailable("a conflicting update won; try again") from exc
     except psycopg.errors.ReadOnlySqlTransaction as exc:
         # A server that stopped taking writes (being demoted, or fenced by an operator): nothing was written.
-        raise Unavailable("the database does not accept writes right now") from exc
+        raise DatabaseUnreachable("the database does not accept writes right now") from exc
     except psycopg.DataError as exc:
         raise InvalidArgument(FieldViolation("request", "a value is out of range")) from exc
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -159,12 +160,18 @@ async def _begin(conn: Connection, tenant: str | None, seconds_left: float) -> N
     it sends none, and ours goes in one pipeline with the settings. The transaction ends as psycopg's
     would: committed or rolled back when the connection's block ends."""
     timeout_ms = str(max(1, int(seconds_left * 1000)))
+    # Plain cursors, not the connection's own: with JOBS_FAULT_INJECTION on, those fail a fraction of the
+    # statements they run, and that fraction is meant of the transaction's work. Counting BEGIN and the
+    # bounds too would triple the faults of a one-statement transaction (a claim, a heartbeat), and with
+    # them the leases lost to claims whose reply never came (docs/CHAOS.md).
     async with conn.pipeline():
-        await conn.execute(queries.SESSION_BEGIN)
+        await psycopg.AsyncCursor(conn).execute(queries.SESSION_BEGIN)
         if tenant is None:
-            await conn.execute(queries.SESSION_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms})
+            await psycopg.AsyncCursor(conn).execute(queries.SESSION_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms})
         else:
-            await conn.execute(queries.SESSION_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms})
+            await psycopg.AsyncCursor(conn).execute(
+                queries.SESSION_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms}
+            )
 
 
 class Database:
