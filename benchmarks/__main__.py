@@ -5,7 +5,8 @@ BENCH_ONLY (comma-separated scenario names), BENCH_ADMIN_URL (a role that may cr
 BENCH_REPEAT (rounds of the work-downs and PgQueuer runs, SubmitJob and no-op pairs, shares and limits
 on and off pairs, 1; medians are reported), BENCH_IN_FLIGHT (SubmitJobs calls
 the work-down keeps in flight, and PgQueuer's producers enqueueing at once, 1), BENCH_PEER_PYTHON (the Python of
-the PgQueuer venv, .bench-venv/bin/python); the scheduling scenarios' sizes are in benchmarks/fairness.py.
+the PgQueuer venv, .bench-venv/bin/python); the scheduling scenarios' sizes are in benchmarks/fairness.py and
+benchmarks/backlogs.py.
 """
 
 from __future__ import annotations
