@@ -36,10 +36,16 @@ _OWN_NAME = re.compile(rf"^{DATABASE_NAME_PREFIX}_{_HOST_TAG}_(\d+)_")
 # Measured on PostgreSQL 15 with this schema: WAL_LOG (the default) clones, uses and drops a database in
 # ~75 ms, FILE_COPY in ~140 ms; FILE_COPY's two checkpoints cost more than WAL-logging a tiny template.
 CLONE_STRATEGY = "WAL_LOG"
-# PostgreSQL 15 ends every DROP DATABASE with an immediate checkpoint: 0.1 s on a quiet server, a second
-# and more on a busy one. A test's database is dropped by a thread of its own, off the tests' path; this
-# many may wait for it before a test's teardown waits too, which bounds the disk they hold.
-DROPS_WAITING_MAX = 32
+# PostgreSQL 15 ends every DROP DATABASE with an immediate checkpoint: 0.1 s on a quiet server, 1.4 s on
+# one that six other suites share (measured: 16 drops one after another, 22 s). A test's database is
+# dropped off the tests' path by dropper threads, each on its own connection: drops that wait at the same
+# time are served by one checkpoint (the same 16 drops on 16 connections took 2.6 s), so a backlog drains
+# in a few checkpoints rather than one each. Each dropper holds a connection of the server's
+# max_connections, which the other suites share too.
+DROPPERS = 4
+# This many databases (about 9 MB each) may wait for a dropper before a test's teardown waits too, which
+# bounds the disk they hold. The limit of 32 made the teardowns of a busy run wait 750 s in all.
+DROPS_WAITING_MAX = 96
 POOL_MAX_SIZE_DEFAULT = 10
 # Lets a test find the pool's backends in pg_stat_activity (to wait until one is blocked on a lock).
 POOL_APPLICATION_NAME = "jobs-tests"
@@ -63,7 +69,7 @@ def _pid_is_running(pid: int) -> bool:
 
 class TestDatabases:
     """Creates and drops this session's databases through autocommit admin connections: one for the
-    tests, one for the thread that drops the databases they finished with."""
+    tests, one for each thread that drops the databases they finished with."""
 
     __test__ = False  # not a test class, despite the name
 
@@ -77,10 +83,15 @@ class TestDatabases:
         self._created: list[str] = []
         self._created_lock = threading.Lock()
         self._to_drop: queue.Queue[str | None] = queue.Queue(DROPS_WAITING_MAX)
-        # Opened here, so that a server that refuses it fails the session at once, not a thread.
-        self._dropper_admin = psycopg.connect(admin_url, autocommit=True)
-        self._dropper = threading.Thread(target=self._drop_in_background, name="test-database-dropper", daemon=True)
-        self._dropper.start()
+        # Opened here, so that a server that refuses them fails the session at once, not a thread.
+        self._droppers: list[tuple[threading.Thread, psycopg.Connection]] = []
+        for number in range(DROPPERS):
+            admin = psycopg.connect(admin_url, autocommit=True)
+            dropper = threading.Thread(
+                target=self._drop_in_background, args=(admin,), name=f"test-database-dropper-{number}", daemon=True
+            )
+            dropper.start()
+            self._droppers.append((dropper, admin))
         self.template = f"{self._prefix}_template"
 
     def url(self, name: str) -> str:
@@ -135,10 +146,10 @@ class TestDatabases:
         """Hands the database to the dropper thread; `close()` waits until it is gone."""
         self._to_drop.put(urlsplit(url).path.lstrip("/"))
 
-    def _drop_in_background(self) -> None:
+    def _drop_in_background(self, admin: psycopg.Connection) -> None:
         while (name := self._to_drop.get()) is not None:
             try:
-                self._drop_on(self._dropper_admin, name)
+                self._drop_on(admin, name)
             except psycopg.Error:
                 pass  # still listed as created: close() drops it again, and a failure there is seen
             finally:
@@ -146,9 +157,11 @@ class TestDatabases:
 
     def close(self) -> None:
         self._to_drop.join()
-        self._to_drop.put(None)
-        self._dropper.join()
-        self._dropper_admin.close()
+        for _ in self._droppers:
+            self._to_drop.put(None)
+        for dropper, admin in self._droppers:
+            dropper.join()
+            admin.close()
         for name in list(reversed(self._created)):
             self.drop(name)
         self._admin.close()
