@@ -223,6 +223,17 @@ def database_url(test_databases: TestDatabases) -> Iterator[str]:
         test_databases.drop_url_later(url)
 
 
+@pytest.fixture(scope="module")
+def module_database_url(test_databases: TestDatabases) -> Iterator[str]:
+    """URL of a fresh migrated database that every test of one module shares, dropped after its last
+    test: for tests that each make and read their own rows (see `module_service_stack`)."""
+    url = test_databases.create_clone()
+    try:
+        yield url
+    finally:
+        test_databases.drop_url_later(url)
+
+
 @pytest.fixture
 def empty_database_url(test_databases: TestDatabases) -> Iterator[str]:
     """URL of a fresh database without any schema, dropped after the test."""
