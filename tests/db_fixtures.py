@@ -45,8 +45,8 @@ CLONE_STRATEGY = "WAL_LOG"
 # max_connections, which the other suites share too.
 DROPPERS = 4
 # After the last test, the tests' own connections are closed: this many droppers drain what is left,
-# served by a few checkpoints rather than a quarter of them each.
-DROPPERS_AT_CLOSE = 16
+# served by half as many checkpoints. Not more: the suites sharing the server ran it out of connections.
+DROPPERS_AT_CLOSE = 8
 # This many databases (about 9 MB each) may wait for a dropper before a test's teardown waits too, which
 # bounds the disk they hold (2.4 GB). With 32, the teardowns of a busy run waited 750 s in all; with
 # 96, two of them still reached their test's timeout while six other suites shared the server.
@@ -109,14 +109,16 @@ class TestDatabases:
         return urlsplit(self._admin_url)._replace(path=f"/{name}").geturl()
 
     def drop_abandoned(self) -> None:
-        """Drops databases of earlier sessions that died before cleaning up."""
+        """Hands the droppers the databases of earlier sessions that died before cleaning up. Dropped one
+        by one in the first test's setup, the 150 a killed session left took longer than that test's
+        timeout on a busy server, and every test of the session failed with it."""
         names = self._admin.execute(
             "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{DATABASE_NAME_PREFIX}\\_%",)
         ).fetchall()
         for (name,) in names:
             match = _OWN_NAME.match(name)
             if match and not _pid_is_running(int(match[1])):
-                self.drop(name)
+                self._to_drop.put(name)
 
     def build_template(self) -> None:
         self.create(self.template, template="template0")
