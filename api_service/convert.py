@@ -19,6 +19,7 @@ from shared.domain.errors import FieldViolation, InvalidArgument
 from shared.domain.ids import FencingToken, JobId
 from shared.domain.job_logs import AttemptLog, JobLogLine, LogLine, LogPosition
 from shared.domain.jobs import (
+    ChildJob,
     Completion,
     ErrorCategory,
     FailOutcome,
@@ -146,6 +147,7 @@ def job_to_proto(job: Job) -> jobs_pb2.Job:
         labels=job.labels,
         idempotency_key=job.idempotency_key or "",
         fencing_token=job.fencing_token,
+        parent_job_id=job.parent_job_id or "",
     )
     if job.last_error:
         message.last_error.CopyFrom(job_error_to_proto(job.last_error))
@@ -182,9 +184,9 @@ def progress_report_from_proto(message: worker_pb2.ProgressReport) -> ProgressRe
     )
 
 
-def attempt_log_from_proto(message: worker_pb2.AttemptLog) -> AttemptLog:
-    """An attempt's shipped lines; a line without a time is taken as logged now."""
-    lines = tuple(
+def _shipped_lines(lines: Iterable[jobs_pb2.JobLogLine]) -> tuple[tuple[int, LogLine], ...]:
+    """Shipped lines with their sequences; a line without a time is taken as logged now."""
+    return tuple(
         (
             line.sequence,
             LogLine(
@@ -194,9 +196,13 @@ def attempt_log_from_proto(message: worker_pb2.AttemptLog) -> AttemptLog:
                 line.message,
             ),
         )
-        for line in message.lines
+        for line in lines
     )
-    return AttemptLog(LeaseRef(JobId(message.job_id), FencingToken(message.fencing_token)), lines)
+
+
+def attempt_log_from_proto(message: worker_pb2.AttemptLog) -> AttemptLog:
+    lease = LeaseRef(JobId(message.job_id), FencingToken(message.fencing_token))
+    return AttemptLog(lease, _shipped_lines(message.lines))
 
 
 def log_line_to_proto(kept: JobLogLine) -> jobs_pb2.JobLogLine:
@@ -257,6 +263,7 @@ def list_filter_from_proto(request: jobs_pb2.ListJobsRequest) -> ListFilter:
         kind=request.kind or None,
         resource_key=request.resource_key or None,
         labels=dict(request.labels),
+        parent_job_id=JobId(request.parent_job_id) if request.parent_job_id else None,
     )
 
 
@@ -337,11 +344,25 @@ def lease_status_to_proto(status: LeaseStatus) -> worker_pb2.LeaseStatus:
         superseded=status.superseded,
         lease_expires_at=_timestamp(status.lease_expires_at),
         resource_deleted=status.resource_deleted,
+        outcome=outcome_to_proto(status.outcome),
     )
 
 
-def completion_from_proto(request: worker_pb2.CompleteJobRequest) -> Completion:
-    return Completion(JobId(request.job_id), FencingToken(request.fencing_token), request.result)
+def completion_from_proto(request: worker_pb2.CompleteJobRequest, prefix: str = "") -> Completion:
+    if not request.children:
+        return Completion(JobId(request.job_id), FencingToken(request.fencing_token), request.result)
+    children = tuple(
+        ChildJob(
+            JobId(child.job_id),
+            new_job_from_proto(
+                child.request,
+                f"{prefix}children[{i}].request.",
+                trace_context_from_headers([("traceparent", child.traceparent), ("tracestate", child.tracestate)]),
+            ),
+        )
+        for i, child in enumerate(request.children)
+    )
+    return Completion(JobId(request.job_id), FencingToken(request.fencing_token), request.result, children)
 
 
 def job_error_from_proto(error: jobs_pb2.JobError) -> JobError:
@@ -371,7 +392,7 @@ def failure_from_proto(request: worker_pb2.FailJobRequest) -> FailureReport:
 
 def release_from_proto(request: worker_pb2.ReleaseJobRequest) -> ReleaseReport:
     lease = LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token))
-    return ReleaseReport(lease, request.started, request.reason)
+    return ReleaseReport(lease, request.started, request.reason, _shipped_lines(request.last_lines))
 
 
 def fail_response_to_proto(outcome: FailOutcome) -> worker_pb2.FailJobResponse:

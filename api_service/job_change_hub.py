@@ -69,10 +69,6 @@ class JobChangeHub:
                 if not waiting:
                     del self._subscribers[job_id]
 
-    @property
-    def stream_count(self) -> int:
-        return sum(len(events) for events in self._subscribers.values())
-
     async def _ensure_registered(self) -> None:
         if self._database_url is None or self._db is None or not self._renewal_due():
             return

@@ -75,10 +75,10 @@ class ReportMetrics:
             ["reason"],
             registry=registry,
         )
-        # An oversized result is refused by its size, not by the fence: its attempt fails and is counted
-        # with the failed ones.
+        # An oversized result, or a spawned job the API refuses, is refused by what it holds, not by the
+        # fence: its attempt fails and is counted with the failed ones.
         for outcome in ReportOutcome:
-            if outcome not in (ReportOutcome.ACCEPTED, ReportOutcome.RESULT_TOO_LARGE):
+            if outcome not in (ReportOutcome.ACCEPTED, ReportOutcome.RESULT_TOO_LARGE, ReportOutcome.CHILDREN_REFUSED):
                 self.fenced_rejections.labels(outcome.name)
 
     def rejected(self, outcome: ReportOutcome) -> None:
@@ -118,6 +118,13 @@ class SubmissionMetrics:
             ["tenant", "kind"],
             registry=registry,
         )
+        self.spawned_jobs = Counter(
+            "jobs_spawned_total",
+            "Jobs handlers spawned (ctx.spawn), created with their parent's accepted completion; not in "
+            "jobs_submitted_total.",
+            ["tenant", "kind"],
+            registry=registry,
+        )
 
     def know(self, tenants: Iterable[str], kinds: Iterable[str]) -> None:
         """Creates the series of these tenants and kinds at 0 (a series born at its first arrival
@@ -136,6 +143,11 @@ class SubmissionMetrics:
         """New jobs of one tenant, by kind: one counter update per kind, not per job."""
         for kind, count in collections.Counter(kinds).items():
             self.submitted.labels(self._tenant_label(tenant), kind).inc(count)
+
+    def spawned(self, tenant: str, kinds: Sequence[str]) -> None:
+        """One parent's children, once its completion committed."""
+        for kind, count in collections.Counter(kinds).items():
+            self.spawned_jobs.labels(self._tenant_label(tenant), kind).inc(count)
 
 
 class ResultCacheMetrics:

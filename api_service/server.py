@@ -27,6 +27,7 @@ from api_service.transport_security import ReloadableServerCredentials
 from api_service.usecases.admin_config import AdminConfig
 from api_service.usecases.admin_jobs import AdminJobs
 from api_service.usecases.admission import SubmissionAdmission
+from api_service.usecases.child_jobs import ChildJobs
 from api_service.usecases.delivery_sets import DeliverySets
 from api_service.usecases.job_queries import JobQueries
 from api_service.usecases.job_watch import RECHECK_SECONDS_DEFAULT, JobWatch
@@ -151,6 +152,7 @@ async def serve(settings: ApiSettings, stop: asyncio.Event | None = None) -> Non
                 metrics.reports,
                 lease_max_seconds=settings.lease_max_seconds,
                 max_result_bytes=settings.max_result_bytes,
+                children=ChildJobs(db, submissions, metrics.submissions),
             )
         ),
         server,

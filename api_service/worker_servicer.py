@@ -49,7 +49,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     async def CompleteJobs(
         self, request: worker_pb2.CompleteJobsRequest, context: Context
     ) -> worker_pb2.CompleteJobsResponse:
-        completions = [convert.completion_from_proto(item) for item in request.completions]
+        completions = [
+            convert.completion_from_proto(item, f"completions[{i}].") for i, item in enumerate(request.completions)
+        ]
         outcomes = await self._reports.complete_many(_worker_id(context), completions)
         return worker_pb2.CompleteJobsResponse(
             outcomes=[
@@ -138,7 +140,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token)),
             JobId(request.after_job_id) if request.after_job_id else None,
         )
+        if isinstance(page, ReportOutcome):
+            return worker_pb2.GetDependencyResultsResponse(outcome=convert.outcome_to_proto(page))
         return worker_pb2.GetDependencyResultsResponse(
             results=[worker_pb2.DependencyResult(job_id=job_id, payload=payload) for job_id, payload in page.results],
             next_after_job_id=page.next_after or "",
+            outcome=convert.outcome_to_proto(ReportOutcome.ACCEPTED),
         )

@@ -62,6 +62,7 @@ REFUSALS: tuple[RefusalRule, ...] = (
     RefusalRule(C.FAILED_PRECONDITION, "JOB_CANCELLED", P, "a worker's job was cancelled"),
     RefusalRule(C.FAILED_PRECONDITION, "JOB_SUPERSEDED", P, "a worker's job was superseded"),
     RefusalRule(C.FAILED_PRECONDITION, "RESULT_TOO_LARGE", P, "the result is over JOBS_MAX_RESULT_BYTES"),
+    RefusalRule(C.FAILED_PRECONDITION, "CHILDREN_REFUSED", P, "a job the handler spawned may not be created"),
     RefusalRule(C.FAILED_PRECONDITION, "CHECKPOINT_LIMIT", P, "the job has checkpointed as many stages as it may"),
     RefusalRule(C.FAILED_PRECONDITION, None, P, "the job's state does not allow the request"),
     RefusalRule(C.RESOURCE_EXHAUSTED, None, T, "over a rate, a quota or a stream bound: wait for RetryInfo's delay"),

@@ -14,8 +14,6 @@ from jobsctl.arguments import TIME_EXAMPLE, UsageError, parse_labels, parse_time
 from jobsctl.rendering import parse_state, state_choices
 
 AddParser = Callable[..., argparse.ArgumentParser]
-# The commands each group holds; __main__ dispatches on (group, action).
-ADMIN_GROUPS = ("limits", "kinds", "tenants", "admin")
 _REASON_HELP = "why (required): recorded with your name, in admin_actions and in each job's history"
 _SETTING_REASON_HELP = "why: recorded with your name in admin_actions"
 

@@ -350,6 +350,9 @@ def _add_list(command: Callable[..., argparse.ArgumentParser]) -> None:
     )
     listing.add_argument("--kind", default="")
     listing.add_argument("--resource-key", default="", metavar="K")
+    listing.add_argument(
+        "--parent", default="", metavar="JOB_ID", help="only the jobs this job's handler spawned (its children)"
+    )
     listing.add_argument("--label", action="append", default=[], metavar="K=V", help="repeatable; all must match")
     listing.add_argument("--page-size", type=int, default=0, metavar="N", help="1 to 500 (server default 50)")
     listing.add_argument("--page-token", default="", metavar="T")
@@ -458,6 +461,7 @@ def list_request(args: argparse.Namespace) -> jobs_pb2.ListJobsRequest:
         states=states,
         kind=args.kind,
         resource_key=args.resource_key,
+        parent_job_id=args.parent,
         labels=parse_labels(args.label),
         page_size=args.page_size,
         page_token=args.page_token,

@@ -73,6 +73,7 @@ def job_text(job: jobs_pb2.Job) -> str:
     optional: list[tuple[str, str]] = [
         ("deadline", timestamp_text(job, "deadline") if job.HasField("deadline") else ""),
         ("resource", f"{job.resource_key} version {job.resource_version}" if job.resource_key else ""),
+        ("parent_job_id", job.parent_job_id),
         ("depends_on", ", ".join(job.depends_on)),
         ("labels", ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items()))),
         ("idempotency_key", job.idempotency_key),

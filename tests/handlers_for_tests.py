@@ -17,6 +17,7 @@ TRACED_KIND = "traced"
 SPAN_KINDS = {executor: f"span.{executor}" for executor in ("async", "thread", "process")}
 HANDLER_SPAN = "handler work"
 STALL_SECONDS_MAX = 60
+FAN_IN_KIND = "fanin.merge"
 
 
 def register(registry: HandlerRegistry) -> None:
@@ -64,6 +65,54 @@ def register(registry: HandlerRegistry) -> None:
     # Its policy comes from the environment, so two replicas can disagree on it.
     registry.register("variant", max_attempts=int(os.environ.get("JOBS_TEST_VARIANT_MAX_ATTEMPTS", "2")))(plain_echo)
     registry.register("sized.result", max_attempts=3)(sized_result)
+    for executor in ("async", "thread", "process"):
+        handler = fan_out if executor == "async" else fan_out_plain
+        registry.register(f"fanout.{executor}", max_attempts=2, backoff_base_seconds=0.1, executor=executor)(handler)
+    registry.register(FAN_IN_KIND, max_attempts=2, backoff_base_seconds=0.1)(fan_in)
+    registry.register("spawn.unknown", max_attempts=3, backoff_base_seconds=0.1)(spawn_unknown_kind)
+    registry.register("spawn.then_wait", max_attempts=3, backoff_base_seconds=0.1)(spawn_then_wait)
+
+
+def _spawn_pages(ctx: JobContext) -> bytes:
+    """Spawns one `plain.echo` child per page the payload names (JSON {"pages": n}) and, unless it says
+    {"fan_in": false}, a fan-in that depends on them all; the result names them: {"pages": [ids],
+    "fan_in": id or null}."""
+    spec = json.loads(ctx.payload)
+    pages = [ctx.spawn("plain.echo", f"page {i}".encode(), labels={"page": str(i)}) for i in range(spec["pages"])]
+    merge = ctx.spawn(FAN_IN_KIND, b"", depends_on=pages) if spec.get("fan_in", True) else None
+    return json.dumps({"pages": pages, "fan_in": merge}).encode()
+
+
+async def fan_out(ctx: JobContext) -> bytes:
+    await asyncio.sleep(0)
+    return _spawn_pages(ctx)
+
+
+def fan_out_plain(ctx: JobContext) -> bytes:
+    """fan_out as a plain def, for a thread or a child process."""
+    return _spawn_pages(ctx)
+
+
+async def spawn_unknown_kind(ctx: JobContext) -> bytes:
+    """Spawns a kind no worker published: the API refuses the completion and fails the attempt."""
+    ctx.spawn("plain.echo", b"fine")
+    ctx.spawn("no.such.kind", b"")
+    return b"done"
+
+
+async def spawn_then_wait(ctx: JobContext) -> bytes:
+    """Spawns two children labelled with this attempt's fencing token, then waits the payload's seconds
+    before it completes: long enough for a test to take its lease over."""
+    for _ in range(2):
+        ctx.spawn("plain.echo", b"child", labels={"token": str(ctx.fencing_token)})
+    await asyncio.sleep(json.loads(ctx.payload)["seconds"])
+    return b"done"
+
+
+async def fan_in(ctx: JobContext) -> bytes:
+    """The children's results, sorted and joined: it runs only once every one of them succeeded."""
+    results = await ctx.dependency_results()
+    return b"|".join(sorted(results.values()))
 
 
 async def sized_result(ctx: JobContext) -> bytes:

@@ -1494,6 +1494,7 @@ CREATE TABLE public.jobs (
     running_keys text[] DEFAULT '{}'::text[] NOT NULL,
     waits_for_manual_retry boolean DEFAULT false NOT NULL,
     parked_on text,
+    parent_job_id uuid,
     CONSTRAINT jobs_attempts_check CHECK ((attempts >= 0)),
     CONSTRAINT jobs_backoff_base_seconds_check CHECK ((backoff_base_seconds >= (0)::double precision)),
     CONSTRAINT jobs_backoff_cap_seconds_check CHECK ((backoff_cap_seconds >= (0)::double precision)),
@@ -1711,6 +1712,8 @@ CREATE INDEX jobs_depends_on_idx ON public.jobs USING gin (depends_on) WHERE (de
 CREATE INDEX jobs_finished_idx ON public.jobs USING btree (finished_at) WHERE (state = ANY (ARRAY['succeeded'::public.job_state, 'failed'::public.job_state, 'cancelled'::public.job_state, 'superseded'::public.job_state]));
 
 CREATE UNIQUE INDEX jobs_idempotency_key_idx ON public.jobs USING btree (tenant, idempotency_key) WHERE (idempotency_key IS NOT NULL);
+
+CREATE INDEX jobs_parent_idx ON public.jobs USING btree (parent_job_id, created_at DESC, job_id DESC) WHERE (parent_job_id IS NOT NULL);
 
 CREATE INDEX jobs_parked_idx ON public.jobs USING btree (parked_on, priority DESC, run_after, job_id) WHERE ((state = ANY (ARRAY['pending'::public.job_state, 'retry_wait'::public.job_state])) AND (parked_on IS NOT NULL));
 

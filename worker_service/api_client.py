@@ -1,5 +1,6 @@
-"""WorkerService calls with the worker's credential. Refusals arrive as values in the batch answers
-(CompleteJobs, FailJobs, ReleaseJobs); gRPC errors become the worker's own exceptions here."""
+"""WorkerService calls with the worker's credential. A refusal arrives as a value (ReportOutcome) in every
+answer this client reads: the batches, the heartbeat, checkpoints and dependency results; gRPC errors
+become the worker's own exceptions here."""
 
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ from shared.domain.jobs import (
     ReportOutcome,
 )
 from shared.domain.results import RESULT_LIMIT_BYTES_DEFAULT
-from shared.rpc_error_details import rpc_error_details
 from worker_service import convert
 from worker_service.transport_security import ClientTlsFiles
 
@@ -36,20 +36,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _INDETERMINATE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
-# A read under a lease that is no longer held answers FAILED_PRECONDITION with one of these reasons.
-_REFUSALS = {
-    "LEASE_LOST": ReportOutcome.LEASE_LOST,
-    "JOB_CANCELLED": ReportOutcome.JOB_CANCELLED,
-    "JOB_SUPERSEDED": ReportOutcome.JOB_SUPERSEDED,
-    "RESOURCE_DELETED": ReportOutcome.RESOURCE_DELETED,
-}
-
-
-def _refusal_of(error: grpc.aio.AioRpcError) -> ReportOutcome | None:
-    details = rpc_error_details(error) if error.code() is grpc.StatusCode.FAILED_PRECONDITION else None
-    return _REFUSALS.get(details.reason) if details else None
-
-
 CALL_TIMEOUT_SECONDS = 10.0
 # gRPC's default; raised with the result limit.
 RECEIVE_BYTES_MIN = 4 * 1024 * 1024
@@ -149,10 +135,8 @@ class ApiClient:
         response = await self._call(self._stub.ReleaseJobs, convert.release_jobs_request(reports), deadline=deadline)
         return [convert.accepted_state_from_proto(o.outcome, o.state, JobState.PENDING) for o in response.outcomes]
 
-    async def release(
-        self, lease: LeaseRef, *, started: bool, reason: str, deadline: float
-    ) -> JobState | ReportOutcome:
-        (outcome,) = await self.release_many([ReleaseReport(lease, started, reason)], deadline=deadline)
+    async def release(self, report: ReleaseReport, *, deadline: float) -> JobState | ReportOutcome:
+        (outcome,) = await self.release_many([report], deadline=deadline)
         return outcome
 
     async def record_checkpoint(
@@ -191,13 +175,11 @@ class ApiClient:
             request = worker_pb2.GetDependencyResultsRequest(
                 job_id=lease.job_id, fencing_token=lease.fencing_token, after_job_id=after
             )
-            try:
-                response = await self._call(self._stub.GetDependencyResults, request, deadline=deadline)
-            except grpc.aio.AioRpcError as error:
-                refusal = _refusal_of(error)
-                if refusal is None:
-                    raise
-                return refusal
+            response = await self._call(self._stub.GetDependencyResults, request, deadline=deadline)
+            # Unset from an API that refused with an error instead: an answer is then a page.
+            outcome = convert.outcome_from_proto(response.outcome) if response.outcome else ReportOutcome.ACCEPTED
+            if outcome is not ReportOutcome.ACCEPTED:
+                return outcome
             results.update((JobId(r.job_id), r.payload) for r in response.results)
             if not response.next_after_job_id:
                 return results

@@ -1,4 +1,5 @@
-"""Gathers completions for a moment and sends them in one CompleteJobs call (one SQL statement)."""
+"""Gathers completions for a moment and sends them in one CompleteJobs call (one SQL statement), with
+several calls in flight at once."""
 
 from __future__ import annotations
 
@@ -7,13 +8,18 @@ import logging
 import time
 from dataclasses import dataclass
 
-from shared.domain.jobs import Completion, ReportOutcome
+from shared.domain.jobs import Completion, ReportOutcome, child_size
 from worker_service.api_client import ApiClient, ApiUnreachable
 
 log = logging.getLogger(__name__)
-# Results in one call: under the API's gRPC message limit (4 MiB at least) with room for the rest of the
-# call. A completion larger than this on its own goes alone (the API's limit grows with its result limit).
+# Results (and the jobs they spawned) in one call: under the API's gRPC message limit (4 MiB at least)
+# with room for the rest of the call. A completion larger than this on its own goes alone (the API's limit
+# grows with its result limit).
 BATCH_BYTES_MAX = 3 * 1024 * 1024
+# CompleteJobs calls in flight at once (JOBS_COMPLETION_CALLS_MAX). With one, completions that arrive
+# while a call travels wait for its answer before theirs can leave: at a hundred slots most of a job's
+# cycle was that wait. A few calls keep the API's group commit fed without a call per completion.
+CALLS_MAX_DEFAULT = 4
 
 
 @dataclass
@@ -25,12 +31,19 @@ class _Pending:
 
     @property
     def size(self) -> int:
-        return len(self.completion.result)
+        # A completion's spawned jobs travel with it (at most CHILDREN_BYTES_MAX of them).
+        return len(self.completion.result) + sum(child_size(c.job) for c in self.completion.children)
 
 
 class CompletionBatcher:
     def __init__(
-        self, api: ApiClient, *, flush_seconds: float, batch_max: int, batch_bytes_max: int = BATCH_BYTES_MAX
+        self,
+        api: ApiClient,
+        *,
+        flush_seconds: float,
+        batch_max: int,
+        batch_bytes_max: int = BATCH_BYTES_MAX,
+        calls_max: int = CALLS_MAX_DEFAULT,
     ) -> None:
         self._api = api
         self._flush_seconds = flush_seconds
@@ -39,6 +52,11 @@ class CompletionBatcher:
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         # Taken from the queue, but it would have made the last batch too large: it opens the next.
         self._carried: _Pending | None = None
+        self._gathering: list[_Pending] = []
+        # A call's place is taken before its batch is gathered: while every call is out, completions
+        # gather in the queue, and the next call takes as many of them as a batch holds.
+        self._calls = asyncio.Semaphore(calls_max)
+        self._in_flight: set[asyncio.Task[None]] = set()
 
     async def complete(self, completion: Completion, *, deadline: float) -> ReportOutcome:
         """Resolves with the API's verdict; raises ApiUnreachable when it never answered in time."""
@@ -47,22 +65,59 @@ class CompletionBatcher:
         return await pending.outcome
 
     async def run(self) -> None:
-        """Flushes on count, on bytes or after a short window, whichever comes first; cancelled at shutdown."""
-        while True:
-            first = self._carried or await self._queue.get()
-            self._carried = None
-            batch, size = [first], first.size
-            window_ends = time.monotonic() + self._flush_seconds
-            while len(batch) < self._batch_max:
-                following = await self._next(window_ends)
-                if following is None:
-                    break
-                if size + following.size > self._batch_bytes_max:
-                    self._carried = following
-                    break
-                batch.append(following)
-                size += following.size
-            await self._flush(batch)
+        """Flushes on count, on bytes or after a short window, whichever comes first, up to `calls_max`
+        calls at once. Cancelled at shutdown (after the drain, whose jobs waited for their answers):
+        a call still out then is cancelled too, and its completions' waiters hear ApiUnreachable."""
+        try:
+            while True:
+                await self._calls.acquire()
+                try:
+                    batch = await self._gather()
+                except BaseException:
+                    self._calls.release()
+                    raise
+                call = asyncio.create_task(self._flush(batch), name="complete-jobs")
+                self._in_flight.add(call)
+                call.add_done_callback(self._call_done)
+        finally:
+            calls = list(self._in_flight)
+            for call in calls:
+                call.cancel()
+            await asyncio.gather(*calls, return_exceptions=True)
+            self._fail_unsent(ApiUnreachable("the worker stopped before the completion was sent"))
+
+    def _fail_unsent(self, failure: ApiUnreachable) -> None:
+        """Nobody waits forever: what was gathered, carried or queued but never sent fails."""
+        unsent = [*self._gathering, *([self._carried] if self._carried else [])]
+        while not self._queue.empty():
+            unsent.append(self._queue.get_nowait())
+        self._gathering, self._carried = [], None
+        for pending in unsent:
+            if not pending.outcome.done():
+                pending.outcome.set_exception(failure)
+
+    def _call_done(self, call: asyncio.Task[None]) -> None:
+        self._in_flight.discard(call)
+        self._calls.release()
+
+    async def _gather(self) -> list[_Pending]:
+        first = self._carried or await self._queue.get()
+        self._carried = None
+        # Kept where a cancel in the middle finds it (_fail_unsent).
+        self._gathering = batch = [first]
+        size = first.size
+        window_ends = time.monotonic() + self._flush_seconds
+        while len(batch) < self._batch_max:
+            following = await self._next(window_ends)
+            if following is None:
+                break
+            if size + following.size > self._batch_bytes_max:
+                self._carried = following
+                break
+            batch.append(following)
+            size += following.size
+        self._gathering = []
+        return batch
 
     async def _next(self, window_ends: float) -> _Pending | None:
         """What is queued already is taken at once; only an empty queue waits, for the window's rest."""
@@ -80,10 +135,13 @@ class CompletionBatcher:
         deadline = max(p.deadline for p in batch)
         try:
             outcomes = await self._api.complete_many([p.completion for p in batch], deadline=deadline)
-        except Exception as exc:  # noqa: BLE001 - each waiter must hear about the failure
+        except BaseException as exc:  # noqa: BLE001 - each waiter must hear about the failure, a cancel too
+            failure = exc if isinstance(exc, ApiUnreachable) else ApiUnreachable(str(exc) or type(exc).__name__)
             for pending in batch:
                 if not pending.outcome.done():
-                    pending.outcome.set_exception(exc if isinstance(exc, ApiUnreachable) else ApiUnreachable(str(exc)))
+                    pending.outcome.set_exception(failure)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             return
         for pending, outcome in zip(batch, outcomes, strict=True):
             if not pending.outcome.done():

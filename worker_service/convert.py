@@ -10,8 +10,9 @@ from google.protobuf import duration_pb2
 from jobs.v1 import jobs_pb2, worker_pb2
 from shared.domain.checkpoints import Checkpoint, ProgressReport
 from shared.domain.ids import FencingToken, JobId
-from shared.domain.job_logs import AttemptLog
+from shared.domain.job_logs import AttemptLog, LogLine
 from shared.domain.jobs import (
+    ChildJob,
     Completion,
     ErrorCategory,
     FailureReport,
@@ -42,7 +43,13 @@ def heartbeat_request(worker_id: str, leases: list[LeaseRef], extend_by_seconds:
 
 
 def lease_status_from_proto(message: worker_pb2.LeaseStatus) -> LeaseStatus:
+    """The heartbeat's answer for one lease; an API that predates `outcome` says it with flags only."""
     return LeaseStatus(
+        outcome=(
+            outcome_from_proto(message.outcome)
+            if message.outcome != worker_pb2.REPORT_OUTCOME_UNSPECIFIED
+            else _outcome_from_flags(message)
+        ),
         job_id=JobId(message.job_id),
         fencing_token=FencingToken(message.fencing_token),
         held=message.held,
@@ -53,12 +60,51 @@ def lease_status_from_proto(message: worker_pb2.LeaseStatus) -> LeaseStatus:
     )
 
 
+def _outcome_from_flags(message: worker_pb2.LeaseStatus) -> ReportOutcome:
+    if message.held:
+        return ReportOutcome.ACCEPTED
+    if message.resource_deleted:
+        return ReportOutcome.RESOURCE_DELETED
+    if message.cancel_requested:
+        return ReportOutcome.JOB_CANCELLED
+    return ReportOutcome.JOB_SUPERSEDED if message.superseded else ReportOutcome.LEASE_LOST
+
+
 def complete_jobs_request(completions: list[Completion]) -> worker_pb2.CompleteJobsRequest:
     return worker_pb2.CompleteJobsRequest(
         completions=[
-            worker_pb2.CompleteJobRequest(job_id=c.job_id, fencing_token=c.fencing_token, result=c.result)
+            worker_pb2.CompleteJobRequest(
+                job_id=c.job_id,
+                fencing_token=c.fencing_token,
+                result=c.result,
+                children=[_spawned_job(child) for child in c.children] if c.children else None,
+            )
             for c in completions
         ]
+    )
+
+
+def _spawned_job(child: ChildJob) -> worker_pb2.SpawnedJob:
+    job = child.job
+    request = jobs_pb2.SubmitJobRequest(
+        kind=job.kind,
+        payload=job.payload,
+        priority=job.priority,
+        max_attempts=job.max_attempts,
+        depends_on=list(job.depends_on),
+        labels=job.labels,
+        limit_keys=list(job.limit_keys),
+    )
+    if job.run_after is not None:
+        request.run_after.FromDatetime(job.run_after.astimezone(UTC))
+    if job.deadline is not None:
+        request.deadline.FromDatetime(job.deadline.astimezone(UTC))
+    trace = job.trace_context
+    return worker_pb2.SpawnedJob(
+        job_id=child.job_id,
+        request=request,
+        traceparent=trace.traceparent if trace else "",
+        tracestate=(trace.tracestate or "") if trace else "",
     )
 
 
@@ -90,11 +136,21 @@ def release_jobs_request(reports: list[ReleaseReport]) -> worker_pb2.ReleaseJobs
     return worker_pb2.ReleaseJobsRequest(
         releases=[
             worker_pb2.ReleaseJobRequest(
-                job_id=r.lease.job_id, fencing_token=r.lease.fencing_token, started=r.started, reason=r.reason
+                job_id=r.lease.job_id,
+                fencing_token=r.lease.fencing_token,
+                started=r.started,
+                reason=r.reason,
+                last_lines=[_log_line_to_proto(sequence, line) for sequence, line in r.last_lines],
             )
             for r in reports
         ]
     )
+
+
+def _log_line_to_proto(sequence: int, line: LogLine) -> jobs_pb2.JobLogLine:
+    shipped = jobs_pb2.JobLogLine(sequence=sequence, level=line.level, logger=line.logger, message=line.message)
+    shipped.at.FromDatetime(line.at)
+    return shipped
 
 
 def accepted_state_from_proto(outcome: int, state: int, default: JobState) -> JobState | ReportOutcome:
@@ -122,10 +178,11 @@ def checkpoint_from_proto(message: jobs_pb2.StageCheckpoint) -> Checkpoint:
 def append_logs_request(logs: list[AttemptLog]) -> worker_pb2.AppendJobLogsRequest:
     request = worker_pb2.AppendJobLogsRequest()
     for attempt_log in logs:
-        shipped = request.logs.add(job_id=attempt_log.lease.job_id, fencing_token=attempt_log.lease.fencing_token)
-        for sequence, line in attempt_log.lines:
-            kept = shipped.lines.add(sequence=sequence, level=line.level, logger=line.logger, message=line.message)
-            kept.at.FromDatetime(line.at)
+        request.logs.add(
+            job_id=attempt_log.lease.job_id,
+            fencing_token=attempt_log.lease.fencing_token,
+            lines=[_log_line_to_proto(sequence, line) for sequence, line in attempt_log.lines],
+        )
     return request
 
 

@@ -125,6 +125,9 @@ class HandlerExecutors:
         await asyncio.get_running_loop().run_in_executor(None, child.join, PROCESS_KILL_AFTER_SECONDS)
         if served.lease_lost is not None:
             raise served.lease_lost
+        if message[0] == "ok":
+            # The jobs the child's handler spawned go with the completion, as a thread's would.
+            context.spawned.extend(message[2])
         return _unpack(message)
 
     async def _reap(self, child: Any) -> None:
@@ -331,7 +334,7 @@ def _child_main(
     try:
         with tracing.carried_context(trace_carrier), attempt_log_handler_installed(log_level), capturing(parent):
             result = handler(context)
-        sender.send(("ok", result))
+        sender.send(("ok", result, context.spawned))
     except (PushedBack, RetryableError) as exc:
         sender.send(("hinted", _hinted_copy(exc)))
     except HandlerError as exc:

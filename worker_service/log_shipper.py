@@ -58,6 +58,9 @@ class LogShipper:
         self._pending: dict[JobId, tuple[LeaseRef, list[tuple[int, LogLine]]]] = {}
         self._ready = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Held while a periodic send is under way: an attempt's last lines wait for it, since lines it
+        # carries would be refused once the attempt's report has ended the lease.
+        self._sending = asyncio.Lock()
 
     def sink(self, lease: LeaseRef) -> LeaseLog:
         return LeaseLog(self, lease)
@@ -77,17 +80,32 @@ class LogShipper:
         while True:
             await self._ready.wait()
             self._ready.clear()
-            with self._lock:
-                batch, self._pending = list(self._pending.values()), {}
-            await self._send(batch)
+            async with self._sending:
+                with self._lock:
+                    batch, self._pending = list(self._pending.values()), {}
+                await self._send(batch)
             await asyncio.sleep(self._interval)
 
     async def flush(self, job_id: JobId) -> None:
         """Sends the job's unsent lines now: the attempt is about to end, and its last words must land."""
-        with self._lock:
-            pending = self._pending.pop(job_id, None)
-        if pending is not None:
-            await self._send([pending])
+        async with self._sending:
+            with self._lock:
+                pending = self._pending.pop(job_id, None)
+            if pending is not None:
+                await self._send([pending])
+
+    async def take(self, job_id: JobId) -> tuple[tuple[int, LogLine], ...]:
+        """The job's unsent lines, no longer pending: they travel with the attempt's release. Lines past
+        what one call may carry (only an attempt that logged its whole bound in one interval) go first."""
+        async with self._sending:
+            with self._lock:
+                pending = self._pending.pop(job_id, None)
+            if pending is None:
+                return ()
+            lease, lines = pending
+            if len(lines) > LOG_LINES_PER_CALL_MAX:
+                await self._send([(lease, lines[:-LOG_LINES_PER_CALL_MAX])])
+        return tuple(lines[-LOG_LINES_PER_CALL_MAX:])
 
     def forget(self, job_id: JobId) -> None:
         with self._lock:

@@ -12,6 +12,7 @@ from shared.domain.results import RESULT_LIMIT_BYTES_DEFAULT, RESULT_LIMIT_SETTI
 from shared.env_settings import env_float, env_int, env_list, env_log_level, env_optional, env_str
 from shared.metric_labels import TENANT_LIMIT_DEFAULT
 from shared.storage.database_settings import DatabaseSettings
+from worker_service.completion_batcher import CALLS_MAX_DEFAULT as COMPLETION_CALLS_MAX_DEFAULT
 from worker_service.health_server import LIVENESS_STALL_SECONDS_DEFAULT
 from worker_service.kind_publisher import PUBLISH_INTERVAL_SECONDS_DEFAULT
 from worker_service.progress_reporter import PROGRESS_INTERVAL_SECONDS_DEFAULT
@@ -65,6 +66,8 @@ class WorkerSettings:
     progress_interval_seconds: float = PROGRESS_INTERVAL_SECONDS_DEFAULT
     # A larger result fails its attempt PERMANENT here, never sent (JOBS_MAX_RESULT_BYTES, as the API's).
     max_result_bytes: int = RESULT_LIMIT_BYTES_DEFAULT
+    # CompleteJobs calls one replica keeps in flight at once.
+    completion_calls_max: int = COMPLETION_CALLS_MAX_DEFAULT
 
     @property
     def heartbeat_interval_seconds(self) -> float:
@@ -110,4 +113,5 @@ class WorkerSettings:
                 env, "JOBS_PROGRESS_INTERVAL_SECONDS", PROGRESS_INTERVAL_SECONDS_DEFAULT, minimum=0.05
             ),
             max_result_bytes=env_int(env, RESULT_LIMIT_SETTING, RESULT_LIMIT_BYTES_DEFAULT, minimum=1),
+            completion_calls_max=env_int(env, "JOBS_COMPLETION_CALLS_MAX", COMPLETION_CALLS_MAX_DEFAULT, minimum=1),
         )

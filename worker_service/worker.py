@@ -11,7 +11,7 @@ import os
 import random
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 
 from durable_jobs.handlers import (
@@ -25,6 +25,7 @@ from durable_jobs.handlers import (
 )
 from shared.domain.errors import JobsError, LeaseLost
 from shared.domain.jobs import (
+    ChildJob,
     ClaimedJob,
     Completion,
     ErrorCategory,
@@ -33,10 +34,12 @@ from shared.domain.jobs import (
     JobState,
     LeaseRef,
     LeaseStatus,
+    ReleaseReport,
     ReportOutcome,
     RetryHint,
 )
 from shared.domain.results import result_too_large
+from shared.domain.trace_context import TraceContext
 from shared.storage import checkpoint_store, lease_store
 from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
@@ -79,24 +82,29 @@ _FAIL_OUTCOME_LABELS = {
     JobState.PENDING: AttemptOutcome.PUSHED_BACK,
 }
 _REFUSAL_LABELS = {
-    ReportOutcome.ACCEPTED: AttemptOutcome.SUCCEEDED,
     ReportOutcome.LEASE_LOST: AttemptOutcome.LEASE_LOST,
     ReportOutcome.JOB_CANCELLED: AttemptOutcome.CANCELLED,
     ReportOutcome.JOB_SUPERSEDED: AttemptOutcome.SUPERSEDED,
     ReportOutcome.RESOURCE_DELETED: AttemptOutcome.RESOURCE_DELETED,
     # The API's result limit is lower than this replica's: the API failed the attempt instead.
     ReportOutcome.RESULT_TOO_LARGE: AttemptOutcome.FAILED,
+    # The API refused a spawned job (its kind unknown to the API, say): it failed the attempt instead.
+    ReportOutcome.CHILDREN_REFUSED: AttemptOutcome.FAILED,
 }
 
 
 class StopReason(enum.StrEnum):
-    CANCEL_REQUESTED = "cancel_requested"  # still held: report so the job ends CANCELLED
+    CANCEL_REQUESTED = "cancel_requested"  # still held: released, so the job ends CANCELLED
     ENDED_ELSEWHERE = "ended_elsewhere"  # cancelled or superseded while we were not looking
     LEASE_LOST = "lease_lost"
     # Heartbeats kept failing until the lease ran out by this replica's clock: another replica may run
     # the job by now, and a report would be refused, so the handler stops and nothing is reported.
     LEASE_EXPIRED = "lease_expired"
     SHUTDOWN = "shutdown"
+
+
+# Stops after which this replica still holds the lease and hands the job back.
+_RELEASED_ON_STOP = frozenset({StopReason.CANCEL_REQUESTED, StopReason.SHUTDOWN})
 
 
 @dataclass
@@ -140,7 +148,10 @@ class Worker:
         self._metrics = metrics
         metrics.know_kinds(registry.kinds())
         self._batcher = CompletionBatcher(
-            api, flush_seconds=settings.completion_flush_seconds, batch_max=settings.completion_batch_max
+            api,
+            flush_seconds=settings.completion_flush_seconds,
+            batch_max=settings.completion_batch_max,
+            calls_max=settings.completion_calls_max,
         )
         self._progress = ProgressReporter(api, interval_seconds=settings.progress_interval_seconds)
         self._logs = LogShipper(api, interval_seconds=settings.progress_interval_seconds)
@@ -272,28 +283,43 @@ class Worker:
 
     async def _claim(self, limit: int) -> list[ClaimedJob]:
         try:
-            async with self._db.transaction() as conn:
-                claimed = await lease_store.claim_batch(
-                    conn,
-                    worker_id=self._settings.worker_id,
-                    kinds=sorted(self._registry.kinds()),
-                    limit=limit,
-                    lease_seconds=self._settings.lease_seconds,
-                )
-                leased_before = [job.job_id for job in claimed if job.leased_before]
-                if leased_before:
-                    # In the claim's transaction: one statement per batch, for the stages handlers skip;
-                    # none when every job is on its first lease (the usual batch), which has nothing to skip.
-                    done = await checkpoint_store.for_jobs(conn, leased_before)
-                    if done:
-                        claimed = [
-                            replace(job, checkpoints=done[job.job_id]) if job.job_id in done else job for job in claimed
-                        ]
+            # One statement in a transaction of its own: one round trip where BEGIN, claim and COMMIT took three.
+            claimed = await lease_store.claim_batch_alone(
+                self._db,
+                worker_id=self._settings.worker_id,
+                kinds=sorted(self._registry.kinds()),
+                limit=limit,
+                lease_seconds=self._settings.lease_seconds,
+            )
         except JobsError as exc:
             log.warning("claim failed: %s", exc.message)
             return []
         self._metrics.claim_batch.observe(len(claimed))
-        return claimed
+        if not any(job.leased_before for job in claimed):
+            return claimed  # the usual batch: every job on its first lease has no stage to skip
+        return await self._with_checkpoints(claimed)
+
+    async def _with_checkpoints(self, claimed: list[ClaimedJob]) -> list[ClaimedJob]:
+        """The stages that jobs leased before have finished, for their handlers to skip: one statement
+        per batch. When it fails, those jobs are handed back unstarted (their attempt not counted) rather
+        than run without their checkpoints, and the next claim takes them again."""
+        leased_before = [job for job in claimed if job.leased_before]
+        try:
+            async with self._db.transaction() as conn:
+                done = await checkpoint_store.for_jobs(conn, [job.job_id for job in leased_before])
+        except JobsError as exc:
+            log.warning("reading checkpoints failed: %s; handing %d jobs back", exc.message, len(leased_before))
+            await self._hand_back(leased_before, "worker could not read the job's checkpoints")
+            return [job for job in claimed if not job.leased_before]
+        return [replace(job, checkpoints=done[job.job_id]) if job.job_id in done else job for job in claimed]
+
+    async def _hand_back(self, jobs: list[ClaimedJob], reason: str) -> None:
+        """Releases claimed jobs that were never started; unanswered, their leases run out instead."""
+        reports = [ReleaseReport(LeaseRef(job.job_id, job.fencing_token), False, reason) for job in jobs]
+        try:
+            await self._api.release_many(reports, deadline=time.monotonic() + RELEASE_DEADLINE_SECONDS)
+        except ApiUnreachable as exc:
+            log.warning("could not hand %d jobs back (%s); their leases will expire", len(jobs), exc)
 
     def _start(self, job: ClaimedJob) -> None:
         lease = LeaseRef(job.job_id, job.fencing_token)
@@ -364,7 +390,8 @@ class Worker:
                 raise
             _uncancel_current_task()
             self._metrics.observe_execution(job.kind, time.monotonic() - started, active.span.exemplar())
-            await self._flush_logs(active)
+            if reason not in _RELEASED_ON_STOP:  # a release carries the last lines itself
+                await self._flush_logs(active)
             await self._after_stop(active, reason)
             return
         except LeaseLost:
@@ -431,32 +458,27 @@ class Worker:
             return
         try:
             outcome = await self._batcher.complete(
-                Completion(job.job_id, job.fencing_token, result), deadline=self._report_deadline()
+                Completion(active.lease.job_id, active.lease.fencing_token, result, spawned_children(active.context)),
+                deadline=self._report_deadline(),
             )
         except ApiUnreachable as exc:
             self._unreported(active, exc)
             return
-        self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[outcome])
         self._signal(Signal.REPORTED, job.job_id, "completed", outcome.value)
         if outcome is ReportOutcome.ACCEPTED:
+            self._metrics.count_outcome(job.tenant, job.kind, AttemptOutcome.SUCCEEDED)
             log.info("job succeeded", extra={**active.log_fields, "state": "succeeded"})
         else:
             self._refused(active, outcome)
 
     async def _report_failure(self, active: ActiveJob, error: JobError, hint: RetryHint | None = None) -> None:
         job = active.claimed
-        try:
-            outcome = await self._api.fail(FailureReport(active.lease, error, hint), deadline=self._report_deadline())
-        except ApiUnreachable as exc:
-            self._unreported(active, exc)
-            return
-        self._signal(Signal.REPORTED, job.job_id, "failed", outcome.value)
-        if isinstance(outcome, ReportOutcome):
-            self._metrics.count_outcome(job.tenant, job.kind, _REFUSAL_LABELS[outcome])
-            self._refused(active, outcome)
+        report = FailureReport(active.lease, error, hint)
+        outcome = await self._answer(active, "failed", self._api.fail(report, deadline=self._report_deadline()))
+        if outcome is None:
             return
         self._metrics.count_outcome(job.tenant, job.kind, _FAIL_OUTCOME_LABELS.get(outcome, AttemptOutcome.FAILED))
-        # A cancel on request travels as a failure, but is none; nor is a pushback.
+        # A failure report that found a cancel requested ended the job CANCELLED: no failure; nor is a pushback.
         if outcome is not JobState.CANCELLED and not (hint and hint.pushed_back):
             self._metrics.count_failure(job.tenant, job.kind, error.category.value)
         log.info(
@@ -472,27 +494,8 @@ class Worker:
 
     async def _after_stop(self, active: ActiveJob, reason: StopReason) -> None:
         job = active.claimed
-        if reason is StopReason.CANCEL_REQUESTED:
-            await self._report_failure(active, JobError(ErrorCategory.PERMANENT, "cancelled on request"))
-            return
-        if reason is StopReason.SHUTDOWN:
-            try:
-                # An interruption by this replica's shutdown is not the job's failure: the attempt is not
-                # counted. A receipt of the attempt still counts it, and an unconfirmed external call
-                # sends the job to OUTCOME_UNKNOWN (the release statement decides from the receipts).
-                state = await self._api.release(
-                    active.lease,
-                    started=False,
-                    reason="worker shutting down",
-                    deadline=time.monotonic() + RELEASE_DEADLINE_SECONDS,
-                )
-            except ApiUnreachable as exc:
-                self._unreported(active, exc)
-                return
-            self._signal(Signal.REPORTED, job.job_id, "released", state.value)
-            label = AttemptOutcome.RELEASED if not isinstance(state, ReportOutcome) else _REFUSAL_LABELS[state]
-            self._metrics.count_outcome(job.tenant, job.kind, label)
-            log.info("released at shutdown", extra=active.log_fields)
+        if reason in _RELEASED_ON_STOP:
+            await self._release(active, reason)
             return
         if reason is StopReason.LEASE_EXPIRED:
             self._metrics.leases_lost.inc()
@@ -505,7 +508,46 @@ class Worker:
         self._metrics.count_outcome(job.tenant, job.kind, outcome)
         log.info("stopped: %s", reason.value, extra=active.log_fields)
 
+    async def _release(self, active: ActiveJob, reason: StopReason) -> None:
+        """Hands the job back in one call that carries the attempt's last log lines. A cancel is what it
+        is, a release, and the job ends CANCELLED, not failed. An interruption by this replica's shutdown
+        is not the job's failure either: the attempt is not counted, unless it recorded a receipt, and an
+        unconfirmed external call sends the job to OUTCOME_UNKNOWN (the release statement decides)."""
+        job = active.claimed
+        if isinstance(active.context.log_sink, LeaseLog):
+            active.context.log_sink.close()
+        cancel = reason is StopReason.CANCEL_REQUESTED
+        report = ReleaseReport(
+            active.lease,
+            started=cancel,
+            reason="cancelled on request" if cancel else "worker shutting down",
+            last_lines=await self._logs.take(job.job_id),
+        )
+        deadline = self._report_deadline() if cancel else time.monotonic() + RELEASE_DEADLINE_SECONDS
+        state = await self._answer(active, "released", self._api.release(report, deadline=deadline))
+        if state is None:
+            return
+        label = AttemptOutcome.CANCELLED if state is JobState.CANCELLED else AttemptOutcome.RELEASED
+        self._metrics.count_outcome(job.tenant, job.kind, label)
+        log.info("released: %s", report.reason, extra={**active.log_fields, "state": state.value})
+
+    async def _answer(
+        self, active: ActiveJob, report: str, call: Coroutine[None, None, JobState | ReportOutcome]
+    ) -> JobState | None:
+        """Where a report left the job; None when it was refused or never answered, each dealt with here."""
+        try:
+            answer = await call
+        except ApiUnreachable as exc:
+            self._unreported(active, exc)
+            return None
+        self._signal(Signal.REPORTED, active.claimed.job_id, report, answer.value)
+        if isinstance(answer, ReportOutcome):
+            self._refused(active, answer)
+            return None
+        return answer
+
     def _refused(self, active: ActiveJob, outcome: ReportOutcome) -> None:
+        self._metrics.count_outcome(active.claimed.tenant, active.claimed.kind, _REFUSAL_LABELS[outcome])
         if outcome is ReportOutcome.LEASE_LOST:
             self._metrics.leases_lost.inc()
         log.warning("report refused: %s; job dropped", outcome.value, extra=active.log_fields)
@@ -547,14 +589,14 @@ class Worker:
 
     def _apply(self, actives: list[ActiveJob], statuses: Sequence[LeaseStatus], answered_at: float) -> None:
         for active, status in zip(actives, statuses, strict=True):
-            if status.held and not status.cancel_requested:
+            if status.outcome is ReportOutcome.ACCEPTED and not status.cancel_requested:
                 active.lease_deadline = answered_at + self._settings.lease_seconds
-            elif status.held:
+            elif status.outcome is ReportOutcome.ACCEPTED:
                 self._stop(active, StopReason.CANCEL_REQUESTED)
-            elif status.cancel_requested or status.superseded:
-                self._stop(active, StopReason.ENDED_ELSEWHERE)
-            else:
+            elif status.outcome is ReportOutcome.LEASE_LOST:
                 self._stop(active, StopReason.LEASE_LOST)
+            else:
+                self._stop(active, StopReason.ENDED_ELSEWHERE)
 
     async def _stop_expired_leases(self) -> None:
         """Stops each running handler whose lease ran out by this replica's clock, which happens only
@@ -598,6 +640,14 @@ class Worker:
             len(tasks) - len(unfinished),
             len(unfinished),
         )
+
+
+def spawned_children(context: JobContext) -> tuple[ChildJob, ...]:
+    """What the attempt spawned, in the trace the job was submitted in."""
+    if not context.spawned:
+        return ()
+    trace = TraceContext(context.traceparent, context.tracestate) if context.traceparent else None
+    return tuple(ChildJob.of(spawned, trace) for spawned in context.spawned)
 
 
 def _uncancel_current_task() -> None:

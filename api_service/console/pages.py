@@ -142,8 +142,11 @@ class ConsolePages:
 
     async def job(self, request: web.Request) -> web.StreamResponse:
         after = request.query.get("dependents_after") or None
+        children_after = request.query.get("children_after") or None
         detail = await self._reads.job(
-            JobId(request.match_info["job_id"]), dependents_after=JobId(after) if after else None
+            JobId(request.match_info["job_id"]),
+            dependents_after=JobId(after) if after else None,
+            children_after=JobId(children_after) if children_after else None,
         )
         return self.page(request, "job.html", detail=detail, retryable=RETRYABLE)
 

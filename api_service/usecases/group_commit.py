@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from shared.domain.errors import DeadlineExceeded, JobsError, Unavailable
+from shared.domain.errors import DatabaseUnreachable, DeadlineExceeded, JobsError
 from shared.storage.database import Connection, Database, call_deadline_at, current_call_deadline
 
 K = TypeVar("K")
@@ -180,19 +180,13 @@ class GroupCommitter(Generic[K, T]):
                     results = await self._work(conn, requests)
                     body_done = True
         except JobsError as error:
-            if body_done or len(batch) == 1 or isinstance(error, Unavailable | DeadlineExceeded):
+            if body_done or len(batch) == 1 or isinstance(error, DatabaseUnreachable | DeadlineExceeded):
                 # The COMMIT itself failed, so nobody can know whether it happened; or the database failed
                 # rather than one item's statement, and alone each would only wait for it again. Either
                 # way every caller gets the indeterminate answer and resubmits.
                 _resolve(batch, [error] * len(batch))
             else:
-                # A statement failed and the transaction rolled back: nothing was written, so each
-                # item can safely run on its own, within its own caller's deadline, and meet its own fate.
-                for item in batch:
-                    if item.deadline is None or item.deadline > time.monotonic():
-                        await self._flush([item])
-                    else:
-                        _resolve([item], [DeadlineExceeded("the caller's deadline passed before its retry")])
+                await self._flush_each_alone(batch)
             return
         except Exception as error:  # noqa: BLE001 - a bug answers its callers (INTERNAL), not the flusher
             _resolve(batch, [error] * len(batch))
@@ -203,6 +197,30 @@ class GroupCommitter(Generic[K, T]):
         if self._committed is not None:
             self._committed(requests, results)
         _resolve(batch, results)
+
+    async def _flush_each_alone(self, batch: list[_Item[K, T]]) -> None:
+        """After a statement failed and the group rolled back (nothing was written): each item on its own,
+        within its own caller's deadline, to meet its own fate. A statement's failure, a refused row or
+        a connection lost under it (a statement fault injected on purpose is one), is the group's and
+        not the next transaction's. Once the database itself fails (no connection in time, one that
+        stopped answering), the items not yet run are answered at once: alone, each would only wait for
+        it again, one after another, past its caller's deadline."""
+        for position, item in enumerate(batch):
+            if item.deadline is not None and item.deadline <= time.monotonic():
+                _resolve([item], [DeadlineExceeded("the caller's deadline passed before its retry")])
+                continue
+            await self._flush([item])
+            failure = _failure_of(item)
+            if isinstance(failure, DatabaseUnreachable):
+                rest = batch[position + 1 :]
+                _resolve(rest, [failure] * len(rest))
+                return
+
+
+def _failure_of(item: _Item[Any, Any]) -> BaseException | None:
+    if not item.outcome.done() or item.outcome.cancelled():
+        return None
+    return item.outcome.exception()
 
 
 async def each_alone(conn: Connection, works: Sequence[Callable[[Connection], Awaitable[T]]]) -> list[T | JobsError]:

@@ -14,7 +14,7 @@ from shared.domain.ids import JobId, TenantId
 from shared.domain.job_logs import JobLogLine, LogPosition
 from shared.domain.jobs import Job, JobEvent, JobPage, JobResult, JobState, ListFilter, PageCursor
 from shared.domain.paging import event_bytes, fitting, log_line_bytes
-from shared.domain.submission_rules import SubmissionLimits, check_job_id, check_text
+from shared.domain.submission_rules import SubmissionLimits, check_job_id, check_text, is_job_id
 from shared.storage import checkpoint_store, job_store, log_store, progress_store, scheduling_store
 from shared.storage.database import Database
 
@@ -106,6 +106,8 @@ class JobQueries:
             violations.add("labels", f"must have at most {SubmissionLimits().max_labels} entries")
         for key, value in filters.labels.items():
             check_text(violations, f"labels[{key[:64]!r}]", key + value, 512)
+        if filters.parent_job_id is not None and not is_job_id(filters.parent_job_id):
+            violations.add("parent_job_id", "must be a job id")
         violations.raise_if_any()
         async with self._db.transaction(tenant) as conn:
             return await job_store.list_jobs(conn, tenant, filters, after, page_size or PAGE_SIZE_DEFAULT)

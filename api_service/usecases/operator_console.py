@@ -30,6 +30,8 @@ PREVIEW_BYTES = 4096
 EVENTS_SHOWN_MAX = 500
 # Dependents shown per page: a fan-in's source may have tens of thousands (20,000 made a 4.7 MB page).
 DEPENDENTS_PAGE_SIZE = 100
+# Children shown per page: a parent may have spawned up to 1,000.
+CHILDREN_PAGE_SIZE = 100
 _MAY_BE_HELD = frozenset({JobState.PENDING, JobState.RETRY_WAIT})
 # The page shows the start of a long handler log; `jobsctl logs` reads all of it.
 LOG_LINES_SHOWN_MAX = 500
@@ -45,12 +47,16 @@ class OperatorReads:
         async with self._db.transaction() as conn:
             return await operator_store.queue_overview(conn, failed_window_seconds=self._failed_window_seconds)
 
-    async def job(self, job_id: JobId, *, dependents_after: JobId | None = None) -> JobDetail:
+    async def job(
+        self, job_id: JobId, *, dependents_after: JobId | None = None, children_after: JobId | None = None
+    ) -> JobDetail:
         """The job with its history (each failed attempt's error), receipts, dependencies and a page of
-        its dependents, stage checkpoints, latest progress, handler log, and why it waits if it is held back."""
+        its dependents, a page of the jobs it spawned, stage checkpoints, latest progress, handler log,
+        and why it waits if it is held back."""
         check_job_id(job_id)
-        if dependents_after is not None:
-            check_job_id(dependents_after, "dependents_after")
+        for name, after in (("dependents_after", dependents_after), ("children_after", children_after)):
+            if after is not None:
+                check_job_id(after, name)
         async with self._db.transaction() as conn:
             detail = await operator_store.get_job_detail(conn, job_id, preview_bytes=PREVIEW_BYTES)
             if detail is None:
@@ -61,6 +67,9 @@ class OperatorReads:
             dependencies = await operator_store.dependencies(conn, job.depends_on)
             dependents = await operator_store.dependents_page(
                 conn, job_id, after=dependents_after, limit=DEPENDENTS_PAGE_SIZE + 1
+            )
+            children = await operator_store.children_page(
+                conn, job_id, after=children_after, limit=CHILDREN_PAGE_SIZE + 1
             )
             checkpoints = await checkpoint_store.list_for_job(conn, job.tenant, job_id)
             progress = await progress_store.get(conn, job.tenant, job_id)
@@ -83,6 +92,9 @@ class OperatorReads:
             checkpoints=checkpoints,
             progress=progress,
             logs=tuple(logs),
+            children=tuple(children[:CHILDREN_PAGE_SIZE]),
+            children_after=children_after,
+            more_children_after=children[CHILDREN_PAGE_SIZE - 1].job_id if len(children) > CHILDREN_PAGE_SIZE else None,
         )
 
 

@@ -21,7 +21,7 @@ from shared.domain.errors import (
 )
 from shared.domain.idempotency import input_digest, request_digest
 from shared.domain.ids import JobId, TenantId
-from shared.domain.jobs import ErrorCategory, Job, JobError, JobState, NewJob, SubmitOutcome
+from shared.domain.jobs import ChildJob, ErrorCategory, Job, JobError, JobState, NewJob, SubmitOutcome
 from shared.domain.limit_keys import scope_submission_keys
 from shared.domain.submission_rules import DEDUPE_WINDOW_SECONDS_DEFAULT, SubmissionLimits, validate_new_job
 from shared.json_logging import job_fields
@@ -191,8 +191,31 @@ class SubmissionService:
         outcome, _ = await self._submit_one(conn, tenant, actor, job, prefix, fan_in_waits=fan_in_waits)
         return outcome
 
+    async def spawn_in(self, conn: Connection, tenant: TenantId, parent: JobId, children: Sequence[ChildJob]) -> None:
+        """A parent's children inside its completion's transaction (validated by the caller), with the ids
+        its worker made: the plain ones in one statement, then the others in spawn order, so that each
+        finds the siblings it depends on. A dependency that names no job of the tenant raises."""
+        actor = f"job:{parent}"
+        plain = [child for child in children if _is_plain(child.job)]
+        if plain:
+            inserts = [self._plain_insert(child.job) for child in plain]
+            await job_store.insert_many(conn, tenant, actor, inserts, spawned=(parent, [c.job_id for c in plain]))
+        for index, child in enumerate(children):
+            if not _is_plain(child.job):
+                await self._submit_one(
+                    conn, tenant, actor, child.job, f"children[{index}].", child=(child.job_id, parent)
+                )
+
     async def _submit_one(
-        self, conn: Connection, tenant: TenantId, actor: str, job: NewJob, prefix: str, *, fan_in_waits: bool = False
+        self,
+        conn: Connection,
+        tenant: TenantId,
+        actor: str,
+        job: NewJob,
+        prefix: str,
+        *,
+        fan_in_waits: bool = False,
+        child: tuple[JobId, JobId] | None = None,
     ) -> tuple[SubmitOutcome, list[JobId]]:
         """The outcome, and the older versions' jobs that this submission superseded. Locks in the
         order every path takes them: the input, the resource head, then the dependencies."""
@@ -241,6 +264,8 @@ class SubmissionService:
             error=error,
             reason=reason,
             waits_for_manual_retry=fan_in_waits,
+            job_id=child[0] if child else None,
+            parent_job_id=child[1] if child else None,
         )
         created = await job_store.insert_job(conn, job, params)
         if created is None:

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
+from api_service.usecases.child_jobs import ChildJobs
 from shared.domain.checkpoints import (
     CHECKPOINTS_PER_JOB_MAX,
     Checkpoint,
@@ -54,6 +55,7 @@ from shared.storage import (
 )
 from shared.storage.database import Connection, Database
 from shared.storage.dependency_results import DependencyResultsPage
+from shared.storage.refusals import refusal
 
 log = logging.getLogger(__name__)
 REPORT_BATCH_MAX = 1000
@@ -76,6 +78,11 @@ def _refusal(outcome: ReportOutcome) -> FailedPrecondition:
         return FailedPrecondition(
             "the result is over the maximum (JOBS_MAX_RESULT_BYTES): the attempt failed PERMANENT",
             reason="RESULT_TOO_LARGE",
+        )
+    if outcome is ReportOutcome.CHILDREN_REFUSED:
+        return FailedPrecondition(
+            "a spawned job was refused (see the job's last error): the attempt failed PERMANENT",
+            reason="CHILDREN_REFUSED",
         )
     if outcome is ReportOutcome.JOB_CANCELLED:
         return JobCancelled()
@@ -119,6 +126,20 @@ def _checked_failure(report: FailureReport, field: str) -> FailureReport:
     return FailureReport(report.lease, error, _checked_hint(report.hint, field))
 
 
+def _checked_logs(logs: Sequence[AttemptLog], field: str, lines_field: str) -> dict[JobId, AttemptLog]:
+    """Each attempt's lines, cleaned, by job; refuses a call with too many lines or a line out of bounds."""
+    if sum(len(log.lines) for log in logs) > LOG_LINES_PER_CALL_MAX:
+        raise InvalidArgument(FieldViolation(field, f"at most {LOG_LINES_PER_CALL_MAX} lines in one call"))
+    for index, log in enumerate(logs):
+        for number, (sequence, line) in enumerate(log.lines):
+            if not 1 <= sequence <= LOG_SEQUENCE_MAX or line.level not in LOG_LEVELS:
+                where = f"{field}[{index}].{lines_field}[{number}]"
+                raise InvalidArgument(
+                    FieldViolation(where, f"sequence is 1 to {LOG_SEQUENCE_MAX}, level one of {sorted(LOG_LEVELS)}")
+                )
+    return {log.job_id: AttemptLog(log.lease, tuple((n, clean_line(line)) for n, line in log.lines)) for log in logs}
+
+
 def _check_distinct(leases: Sequence[LeaseRef], field: str) -> None:
     _check_leases(leases, field)
     if len({lease.job_id for lease in leases}) != len(leases):
@@ -133,8 +154,10 @@ class WorkerReports:
         *,
         lease_max_seconds: float,
         max_result_bytes: int = RESULT_LIMIT_BYTES_DEFAULT,
+        children: ChildJobs | None = None,
     ) -> None:
         self._db = db
+        self._children = children
         self._rejections = rejections
         self._lease_max_seconds = lease_max_seconds
         self._max_result_bytes = max_result_bytes
@@ -148,19 +171,10 @@ class WorkerReports:
         async with self._db.transaction() as conn:
             statuses = await lease_store.heartbeat(conn, leases, lease_seconds=extend_by_seconds)
         for status in statuses:
-            if not status.held and not status.ended_by_holder:
-                outcome = (
-                    ReportOutcome.RESOURCE_DELETED
-                    if status.resource_deleted
-                    else ReportOutcome.JOB_CANCELLED
-                    if status.cancel_requested
-                    else ReportOutcome.JOB_SUPERSEDED
-                    if status.superseded
-                    else ReportOutcome.LEASE_LOST
-                )
+            if status.outcome is not ReportOutcome.ACCEPTED and not status.ended_by_holder:
                 # Usual after a cancel or a newer version, so no warning: the worker stops the job.
                 lease = LeaseRef(status.job_id, status.fencing_token)
-                self._refused("heartbeat", lease, outcome, "", level=logging.INFO)
+                self._refused("heartbeat", lease, status.outcome, "", level=logging.INFO)
         return statuses
 
     async def complete_many(self, worker_id: str, completions: Sequence[Completion]) -> list[ReportOutcome]:
@@ -172,22 +186,45 @@ class WorkerReports:
         if len({c.job_id for c in completions}) != len(completions):
             raise InvalidArgument(FieldViolation("completions", "must not name a job twice"))
         too_large = {c.job_id: m for c in completions if (m := result_too_large(len(c.result), self._max_result_bytes))}
-        outcomes = await self._fail_too_large(worker_id, [c for c in completions if c.job_id in too_large], too_large)
-        storable = [c for c in completions if c.job_id not in too_large]
-        if storable:
+        outcomes = await self._fail_refused(worker_id, completions, too_large, ReportOutcome.RESULT_TOO_LARGE)
+        refused = await self._children_refused([c for c in completions if c.children and c.job_id not in too_large])
+        outcomes.update(await self._fail_refused(worker_id, completions, refused, ReportOutcome.CHILDREN_REFUSED))
+        storable = [c for c in completions if c.job_id not in too_large and c.job_id not in refused]
+        plain = [c for c in storable if not c.children]
+        if plain:
             # Apart from the failures above: each transaction takes its rows in job-id order.
             async with self._db.transaction() as conn:
-                stored = await lease_store.complete_batch(conn, worker_id=worker_id, completions=storable)
-            outcomes.update(zip((c.job_id for c in storable), stored, strict=True))
+                stored = await lease_store.complete_batch(conn, worker_id=worker_id, completions=plain)
+            outcomes.update(zip((c.job_id for c in plain), stored, strict=True))
+        for parent in (c for c in storable if c.children):
+            outcomes[parent.job_id] = await self._complete_parent(worker_id, parent)
         for completion in storable:
             outcome = outcomes[completion.job_id]
             if outcome is not ReportOutcome.ACCEPTED:
                 self._refused("completion", LeaseRef(completion.job_id, completion.fencing_token), outcome, worker_id)
         return [outcomes[c.job_id] for c in completions]
 
-    async def _fail_too_large(
-        self, worker_id: str, completions: Sequence[Completion], messages: dict[JobId, str]
+    async def _children_refused(self, parents: Sequence[Completion]) -> dict[JobId, str]:
+        if not parents:
+            return {}
+        if self._children is None:
+            return {c.job_id: "this API creates no spawned jobs" for c in parents}
+        return await self._children.refusals(parents)
+
+    async def _complete_parent(self, worker_id: str, parent: Completion) -> ReportOutcome:
+        """A completion with children, in a transaction of its own (ChildJobs.complete)."""
+        assert self._children is not None  # _children_refused refused them all otherwise
+        outcome = await self._children.complete(worker_id, parent)
+        if isinstance(outcome, ReportOutcome):
+            return outcome
+        failed = await self._fail_refused(worker_id, [parent], {parent.job_id: outcome}, ReportOutcome.CHILDREN_REFUSED)
+        return failed[parent.job_id]
+
+    async def _fail_refused(
+        self, worker_id: str, completions: Sequence[Completion], messages: dict[JobId, str], outcome: ReportOutcome
     ) -> dict[JobId, ReportOutcome]:
+        """Fails PERMANENT, naming the problem, the attempts whose completions `messages` refuses."""
+        completions = [c for c in completions if c.job_id in messages]
         if not completions:
             return {}
         reports = [
@@ -198,8 +235,7 @@ class WorkerReports:
         for report in reports:
             log.warning("completion refused: %s", report.error.message, extra={"job_id": report.lease.job_id})
         return {
-            r.lease.job_id: o if isinstance(o, ReportOutcome) else ReportOutcome.RESULT_TOO_LARGE
-            for r, o in zip(reports, failed, strict=True)
+            r.lease.job_id: o if isinstance(o, ReportOutcome) else outcome for r, o in zip(reports, failed, strict=True)
         }
 
     async def complete(self, worker_id: str, completion: Completion) -> JobState:
@@ -271,11 +307,19 @@ class WorkerReports:
     async def release_many(
         self, worker_id: str, reports: Sequence[ReleaseReport], *, field: str = "releases"
     ) -> list[JobState | ReportOutcome]:
-        """Per-item outcomes, refusals as values; rows taken in job-id order as in fail_many."""
+        """Per-item outcomes, refusals as values; rows taken in job-id order as in fail_many. An item's
+        last log lines are kept under its lease first, in the same transaction: one call ends an attempt."""
         _check_distinct([r.lease for r in reports], field)
+        last_logs = _checked_logs([AttemptLog(r.lease, r.last_lines) for r in reports], field, "last_lines")
         outcomes: dict[str, JobState | ReportOutcome] = {}
         async with self._db.transaction() as conn:
             for report in sorted(reports, key=lambda r: r.lease.job_id):
+                lines = last_logs[report.lease.job_id]
+                if lines.lines:
+                    (kept,) = await log_store.append_batch(conn, [lines])
+                    if kept is not ReportOutcome.ACCEPTED:  # the release would be refused as the lines were
+                        outcomes[report.lease.job_id] = kept
+                        continue
                 outcomes[report.lease.job_id] = await lease_store.release(
                     conn,
                     worker_id=worker_id,
@@ -338,19 +382,8 @@ class WorkerReports:
 
     async def append_logs(self, logs: Sequence[AttemptLog]) -> list[ReportOutcome]:
         """Per-attempt outcomes; a refusal (lines that crossed the attempt's end) is usual and not logged."""
-        _check_leases([log.lease for log in logs], "logs")
-        if len({log.job_id for log in logs}) != len(logs):
-            raise InvalidArgument(FieldViolation("logs", "must not name a job twice"))
-        if sum(len(log.lines) for log in logs) > LOG_LINES_PER_CALL_MAX:
-            raise InvalidArgument(FieldViolation("logs", f"at most {LOG_LINES_PER_CALL_MAX} lines in one call"))
-        for index, log in enumerate(logs):
-            for number, (sequence, line) in enumerate(log.lines):
-                if not 1 <= sequence <= LOG_SEQUENCE_MAX or line.level not in LOG_LEVELS:
-                    where = f"logs[{index}].lines[{number}]"
-                    raise InvalidArgument(
-                        FieldViolation(where, f"sequence is 1 to {LOG_SEQUENCE_MAX}, level one of {sorted(LOG_LEVELS)}")
-                    )
-        cleaned = [AttemptLog(log.lease, tuple((n, clean_line(line)) for n, line in log.lines)) for log in logs]
+        _check_distinct([log.lease for log in logs], "logs")
+        cleaned = list(_checked_logs(logs, "logs", "lines").values())
         shipped = [log for log in cleaned if log.lines]
         if not shipped:
             return [ReportOutcome.ACCEPTED for _ in logs]
@@ -358,8 +391,9 @@ class WorkerReports:
             outcomes = dict(zip((id(log) for log in shipped), await log_store.append_batch(conn, shipped), strict=True))
         return [outcomes.get(id(log), ReportOutcome.ACCEPTED) for log in cleaned]
 
-    async def dependency_results(self, lease: LeaseRef, after: JobId | None) -> DependencyResultsPage:
-        """A page of the results of the jobs the leased job depends on; only its current lease holder reads."""
+    async def dependency_results(self, lease: LeaseRef, after: JobId | None) -> DependencyResultsPage | ReportOutcome:
+        """A page of the results of the jobs the leased job depends on; only its current lease holder
+        reads, anyone else learns the refusal (as a value)."""
         _check_leases([lease], "lease")
         if after is not None and not is_job_id(after):
             raise InvalidArgument(FieldViolation("after_job_id", "must be a job id"))
@@ -371,11 +405,11 @@ class WorkerReports:
                 after=after,
                 max_bytes=DEPENDENCY_RESULTS_PAGE_BYTES,
             )
-            outcome = await lease_store.refusal_for(conn, lease.job_id) if page is None else None
-        if page is None:
-            assert outcome is not None
+            outcome = await refusal(conn, lease.job_id) if page is None else None
+        if outcome is not None:
             self._refused("dependency results", lease, outcome, "", level=logging.INFO)
-            raise _refusal(outcome)
+            return outcome
+        assert page is not None
         return page
 
     def _refused(

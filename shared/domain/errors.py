@@ -97,6 +97,12 @@ class Unavailable(JobsError):
     reason = "UNAVAILABLE"
 
 
+class DatabaseUnreachable(Unavailable):
+    """Unavailable because of the database itself, not of one statement: no connection could be had in
+    time (it is down), one stopped answering, or the server stopped taking writes. Whatever is tried next
+    meets the same database again. Callers see it as Unavailable."""
+
+
 class DeadlineExceeded(JobsError):
     """Indeterminate, like Unavailable: the caller's deadline ran out."""
 

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from durable_jobs.children import SpawnedJob, child_bytes
+from durable_jobs.logs import LogLine
+
 # A handler raises and records these, so they are the SDK's; re-exported as the domain's own.
 from durable_jobs.records import ErrorCategory as ErrorCategory
 from durable_jobs.records import Receipt as Receipt
@@ -49,6 +52,9 @@ class ReportOutcome(enum.StrEnum):
     # A completion whose result is over the API's maximum: nothing was stored, and the attempt failed
     # PERMANENT with a message naming the limit.
     RESULT_TOO_LARGE = "result_too_large"
+    # A completion carrying a spawned job its tenant may not submit (an unknown kind, a field out of
+    # bounds, too many): nothing was stored, and the attempt failed PERMANENT naming the child's problem.
+    CHILDREN_REFUSED = "children_refused"
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,8 @@ class Job:
     checkpoints: tuple[Checkpoint, ...] = ()
     # Why a runnable job is not being started (a pause, a hold, a full limit); read for one job on request.
     waiting: WaitingReason | None = None
+    # The job whose handler spawned this one (ctx.spawn); None for a submitted job.
+    parent_job_id: JobId | None = None
 
 
 @dataclass(frozen=True)
@@ -140,10 +148,47 @@ class LeaseStatus:
     cancel_requested: bool
     superseded: bool
     lease_expires_at: datetime | None
+    # ACCEPTED while held (a requested cancel included: the holder still reports it); otherwise the
+    # refusal any report under this lease would get. The flags say the same for older readers.
+    outcome: ReportOutcome
     # The job's resource version was deleted; cancel_requested is set too, so a worker stops as for a cancel.
     resource_deleted: bool = False
     # Not held because the holder's own completion or failure report already ended the attempt.
     ended_by_holder: bool = False
+
+
+def child_size(job: NewJob) -> int:
+    """What a spawned job counts against its parent's CHILDREN_BYTES_MAX."""
+    return child_bytes(job.kind, job.payload, job.labels, job.depends_on, job.limit_keys)
+
+
+@dataclass(frozen=True)
+class ChildJob:
+    """A job a handler spawned: its id, made by the worker, and its submission. It is created only with
+    its parent's accepted completion, in that transaction, in its parent's tenant."""
+
+    job_id: JobId
+    job: NewJob
+
+    @classmethod
+    def of(cls, spawned: SpawnedJob, trace_context: TraceContext | None = None) -> ChildJob:
+        """What a handler's ctx.spawn recorded, as its parent's completion carries it, in the parent's
+        trace when it has one."""
+        return cls(
+            spawned.job_id,
+            NewJob(
+                kind=spawned.kind,
+                payload=spawned.payload,
+                priority=spawned.priority,
+                run_after=spawned.run_after,
+                max_attempts=spawned.max_attempts,
+                deadline=spawned.deadline,
+                depends_on=spawned.depends_on,
+                labels=dict(spawned.labels),
+                limit_keys=spawned.limit_keys,
+                trace_context=trace_context,
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -151,6 +196,8 @@ class Completion:
     job_id: JobId
     fencing_token: FencingToken
     result: bytes
+    # In the order the handler spawned them: a child may depend on the ones before it.
+    children: tuple[ChildJob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -189,6 +236,8 @@ class ReleaseReport:
     lease: LeaseRef
     started: bool
     reason: str
+    # The attempt's unshipped log lines (sequence, line), kept in the release's transaction.
+    last_lines: tuple[tuple[int, LogLine], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -242,6 +291,8 @@ class ListFilter:
     kind: str | None = None
     resource_key: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # Only the jobs this job spawned (ListJobs(parent_job_id=…)).
+    parent_job_id: JobId | None = None
 
 
 @dataclass(frozen=True)

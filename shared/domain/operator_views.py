@@ -78,6 +78,10 @@ class JobDetail:
     progress: Progress | None = None
     # What its handlers logged, oldest first, the first LOG_LINES_SHOWN_MAX of them.
     logs: tuple[JobLogLine, ...] = ()
+    # One page of the jobs its handler spawned (up to 1,000), paged as the dependents are.
+    children: tuple[Relative, ...] = ()
+    children_after: JobId | None = None
+    more_children_after: JobId | None = None
 
     @property
     def version(self) -> str:

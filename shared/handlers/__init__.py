@@ -12,6 +12,7 @@ from durable_jobs.handlers import (
     PermanentError,
     PushedBack,
     RetryableError,
+    SpawnRefused,
     StopSignal,
 )
 from durable_jobs.kinds import Executor
@@ -31,5 +32,6 @@ __all__ = [
     "PermanentError",
     "PushedBack",
     "RetryableError",
+    "SpawnRefused",
     "StopSignal",
 ]

@@ -17,6 +17,7 @@ from durable_jobs.handlers import (
     PushedBack,
     ReceiptBook,
     RetryableError,
+    SpawnRefused,
     StopSignal,
 )
 
@@ -36,5 +37,6 @@ __all__ = [
     "PushedBack",
     "ReceiptBook",
     "RetryableError",
+    "SpawnRefused",
     "StopSignal",
 ]

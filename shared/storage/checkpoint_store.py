@@ -7,9 +7,9 @@ from typing import Any
 
 from shared.domain.checkpoints import Checkpoint
 from shared.domain.ids import FencingToken, JobId, TenantId
-from shared.domain.jobs import JobState, LeaseRef, ReportOutcome, refusal_outcome
-from shared.storage import queries
+from shared.domain.jobs import LeaseRef, ReportOutcome
 from shared.storage.database import Connection
+from shared.storage.refusals import refusal
 from shared.storage.sql_loader import load_sql_blocks
 
 _checkpoints = load_sql_blocks("checkpoints.sql")
@@ -52,9 +52,7 @@ async def record(
     row = await cur.fetchone()
     assert row is not None  # the statement always answers one row
     if not row["held"]:
-        diagnosed = await conn.execute(queries.JOB_LEASE_DIAGNOSE, {"job_ids": [lease.job_id]})
-        now = await diagnosed.fetchone()
-        return refusal_outcome(JobState(now["state"]) if now else None)
+        return await refusal(conn, lease.job_id)
     if row["stage"] is None:
         raise NoRoomForStage()
     return _checkpoint(row)

@@ -29,7 +29,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from shared.domain.errors import Unavailable
+from shared.domain.errors import DatabaseUnreachable, Unavailable
 from shared.storage import queries
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class AnswerBound:
     given_up: str | None = None
 
     def give_up(self, why: str) -> None:
-        """Abandons the connection now; the block's database error is then raised as Unavailable(why)."""
+        """Abandons the connection now; the block's database error is then raised as DatabaseUnreachable(why)."""
         if self.given_up is None:
             self.given_up = why
             abandon(self.conn)
@@ -92,7 +92,7 @@ class AnswerBound:
 @contextlib.contextmanager
 def answered_within(conn: AnyConnection, seconds: float) -> Iterator[AnswerBound]:
     """Gives `conn` up (`abandon`) unless the block ends within `seconds`; the block's database error is
-    then raised as Unavailable, saying why."""
+    then raised as DatabaseUnreachable, saying why."""
     bound = AnswerBound(conn, seconds)
     why = f"the database did not answer within {seconds:.1f}s; its connection was given up"
     timer = asyncio.get_running_loop().call_later(max(seconds, 0.0), bound.give_up, why)
@@ -100,7 +100,7 @@ def answered_within(conn: AnyConnection, seconds: float) -> Iterator[AnswerBound
         yield bound
     except psycopg.Error as exc:
         if bound.given_up is not None:
-            raise Unavailable(bound.given_up) from exc
+            raise DatabaseUnreachable(bound.given_up) from exc
         raise
     finally:
         timer.cancel()

@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 import psycopg
 import psycopg.errors
+from psycopg.abc import Params
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from shared.domain.errors import (
+    DatabaseUnreachable,
     DeadlineExceeded,
     FieldViolation,
     InvalidArgument,
@@ -93,14 +95,14 @@ def translate_db_errors() -> Iterator[None]:
         yield
     except PoolTimeout as exc:
         # Either every connection is busy or none can be made (the database is down): both transient.
-        raise Unavailable("no database connection became available in time") from exc
+        raise DatabaseUnreachable("no database connection became available in time") from exc
     except psycopg.errors.QueryCanceled as exc:
         raise DeadlineExceeded("the database did not answer in time") from exc
     except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected) as exc:
         raise Unavailable("a conflicting update won; try again") from exc
     except psycopg.errors.ReadOnlySqlTransaction as exc:
         # A server that stopped taking writes (being demoted, or fenced by an operator): nothing was written.
-        raise Unavailable("the database does not accept writes right now") from exc
+        raise DatabaseUnreachable("the database does not accept writes right now") from exc
     except psycopg.DataError as exc:
         raise InvalidArgument(FieldViolation("request", "a value is out of range")) from exc
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -158,13 +160,25 @@ async def _begin(conn: Connection, tenant: str | None, seconds_left: float) -> N
     worker's claim: BEGIN, the bounds, the claim, COMMIT); on the pool's connections, in autocommit mode,
     it sends none, and ours goes in one pipeline with the settings. The transaction ends as psycopg's
     would: committed or rolled back when the connection's block ends."""
-    timeout_ms = str(max(1, int(seconds_left * 1000)))
+    # Plain cursors, not the connection's own: with JOBS_FAULT_INJECTION on, those fail a fraction of the
+    # statements they run, and that fraction is meant of the transaction's work. Counting BEGIN and the
+    # bounds too would triple the faults of a one-statement transaction (a claim, a heartbeat), and with
+    # them the leases lost to claims whose reply never came (docs/CHAOS.md).
     async with conn.pipeline():
-        await conn.execute(queries.SESSION_BEGIN)
-        if tenant is None:
-            await conn.execute(queries.SESSION_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms})
-        else:
-            await conn.execute(queries.SESSION_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms})
+        await psycopg.AsyncCursor(conn).execute(queries.SESSION_BEGIN)
+        await _scope(conn, tenant, seconds_left)
+
+
+async def _scope(conn: Connection, tenant: str | None, seconds_left: float) -> None:
+    """The current transaction's bounds (each statement's, and each pause's), and its tenant if given;
+    sent through a plain cursor, never failed on purpose (see `_begin`)."""
+    timeout_ms = str(max(1, int(seconds_left * 1000)))
+    if tenant is None:
+        await psycopg.AsyncCursor(conn).execute(queries.SESSION_SCOPE_TIMEOUT, {"timeout_ms": timeout_ms})
+    else:
+        await psycopg.AsyncCursor(conn).execute(
+            queries.SESSION_SCOPE_TENANT_AND_TIMEOUT, {"tenant": tenant, "timeout_ms": timeout_ms}
+        )
 
 
 class Database:
@@ -240,6 +254,41 @@ class Database:
         """One transaction: committed when the block ends normally, rolled back otherwise. With a
         tenant, it sees and writes only that tenant's rows. It ends by the caller's deadline
         (`call_deadline`), or within the pool's transaction bound when none was set."""
+        async with self._bounded_connection() as (conn, deadline), conn:
+            try:
+                await _begin(conn, tenant, deadline - time.monotonic())
+                yield conn
+            except psycopg.errors.ReadOnlySqlTransaction:
+                # The pool would keep a connection to a server that no longer takes writes, and
+                # every write through it would fail; closed, it is replaced by one that
+                # target_session_attrs=read-write sends to the current primary.
+                await conn.close()
+                raise
+
+    async def run_alone(self, query: str, params: Params, tenant: str | None = None) -> list[DictRow]:
+        """One statement in a transaction of its own, its rows returned once it committed: the bounds,
+        the statement and its COMMIT in one round trip, where `transaction` takes three (BEGIN with the
+        bounds, the statement, COMMIT). Bounded as every transaction is (the caller's deadline, else the
+        pool's; the watchdog), and failing as one does: nothing written unless the answer is OK or
+        indeterminate. For a statement that needs nothing else in its transaction."""
+        async with self._bounded_connection() as (conn, deadline):
+            try:
+                # The statements of one pipeline up to its sync run in one implicit transaction, so the
+                # bounds hold for the statement and end with it, as a transaction's local settings do.
+                async with conn.pipeline():
+                    await _scope(conn, tenant, deadline - time.monotonic())
+                    cur = await conn.execute(query, params)
+            except psycopg.errors.ReadOnlySqlTransaction:
+                await conn.close()  # as in `transaction`
+                raise
+            # A statement that returns no rows (a plain INSERT) has no description.
+            return await cur.fetchall() if cur.description is not None else []
+
+    @asynccontextmanager
+    async def _bounded_connection(self) -> AsyncIterator[tuple[Connection, float]]:
+        """A pool connection for one transaction, with the deadline that bounds it: the caller's, else the
+        pool's own. A connection that does not answer by then (the COMMIT too: a silent server would hold
+        it forever) is given up, and never handed out again."""
         deadline = current_call_deadline()
         if deadline is None:
             deadline = time.monotonic() + self._transaction_seconds
@@ -251,18 +300,8 @@ class Database:
             conn = await self._pool.getconn(timeout=min(self._acquire_timeout, seconds_left))
             bound: AnswerBound | None = None
             try:
-                # The COMMIT is inside the bound too: a silent server would hold it forever.
                 with self._watch.using(conn, deadline - time.monotonic() + ANSWER_GRACE_SECONDS) as bound:
-                    async with conn:
-                        try:
-                            await _begin(conn, tenant, deadline - time.monotonic())
-                            yield conn
-                        except psycopg.errors.ReadOnlySqlTransaction:
-                            # The pool would keep a connection to a server that no longer takes writes,
-                            # and every write through it would fail; closed, it is replaced by one that
-                            # target_session_attrs=read-write sends to the current primary.
-                            await conn.close()
-                            raise
+                    yield conn, deadline
             finally:
                 if bound is not None and bound.given_up is not None:
                     # Its socket is shut, whatever libpq last saw: the pool must not hand it out again.

@@ -49,6 +49,9 @@ class InsertParams:
     input_digest: bytes | None = None
     # A delivery set's fan-in under wait_for_manual_retry: a failed member leaves it blocked.
     waits_for_manual_retry: bool = False
+    # A spawned child's id (made by its worker) and its parent's; the database makes a submission's id.
+    job_id: JobId | None = None
+    parent_job_id: JobId | None = None
 
 
 def job_from_row(row: dict[str, Any]) -> Job:
@@ -76,6 +79,7 @@ def job_from_row(row: dict[str, Any]) -> Job:
         idempotency_key=row["idempotency_key"],
         depends_on=tuple(JobId(str(d)) for d in row["depends_on"]),
         labels=labels if isinstance(labels, dict) else json.loads(labels),
+        parent_job_id=JobId(str(parent)) if (parent := row.get("parent_job_id")) else None,
     )
 
 
@@ -84,6 +88,8 @@ async def insert_job(conn: Connection, new: NewJob, params: InsertParams) -> Job
     cur = await conn.execute(
         queries.JOB_INSERT,
         {
+            "job_id": params.job_id,
+            "parent_job_id": params.parent_job_id,
             "tenant": params.tenant,
             "kind": new.kind,
             "payload": new.payload,
@@ -124,17 +130,31 @@ class PlainInsert:
     backoff_cap_seconds: float
 
 
-async def insert_many(conn: Connection, tenant: TenantId, actor: str, items: Sequence[PlainInsert]) -> list[Job]:
-    """One statement for the lot; jobs come back in input order (ids are chosen here, time-ordered).
-    Each job is built from its submission and the few columns the database fills in: reading the whole
-    row back and decoding it was an eighth of the API's time per `SubmitJob`."""
-    job_ids = new_job_ids(len(items))
-    cur = await conn.execute(queries.JOB_INSERT_MANY, _insert_many_params(tenant, actor, job_ids, items))
+async def insert_many(
+    conn: Connection,
+    tenant: TenantId,
+    actor: str,
+    items: Sequence[PlainInsert],
+    *,
+    spawned: tuple[JobId, Sequence[JobId]] | None = None,
+) -> list[Job]:
+    """One statement for the lot; jobs come back in input order (ids are chosen here, time-ordered, or
+    given: `spawned` is a parent's id and its children's ids, which their worker made). Each job is built
+    from its submission and the few columns the database fills in: reading the whole row back and
+    decoding it was an eighth of the API's time per `SubmitJob`."""
+    parent, job_ids = (spawned[0], [uuid.UUID(j) for j in spawned[1]]) if spawned else (None, new_job_ids(len(items)))
+    params = {**_insert_many_params(tenant, actor, job_ids, items), "parent_job_id": parent}
+    cur = await conn.execute(queries.JOB_INSERT_MANY, params)
     stored = {row["job_id"]: row for row in await cur.fetchall()}
-    return [_new_plain_job(tenant, job_id, item, stored[job_id]) for job_id, item in zip(job_ids, items, strict=True)]
+    return [
+        _new_plain_job(tenant, job_id, item, stored[job_id], parent)
+        for job_id, item in zip(job_ids, items, strict=True)
+    ]
 
 
-def _new_plain_job(tenant: TenantId, job_id: uuid.UUID, item: PlainInsert, row: dict[str, Any]) -> Job:
+def _new_plain_job(
+    tenant: TenantId, job_id: uuid.UUID, item: PlainInsert, row: dict[str, Any], parent: JobId | None = None
+) -> Job:
     """The row job_insert_many wrote: the submission, the table's defaults and what came back."""
     job = item.job
     return Job(
@@ -159,6 +179,7 @@ def _new_plain_job(tenant: TenantId, job_id: uuid.UUID, item: PlainInsert, row: 
         idempotency_key=None,
         depends_on=(),
         labels=dict(job.labels),
+        parent_job_id=parent,
     )
 
 
@@ -177,6 +198,7 @@ def _insert_many_params(
     return {
         "tenant": tenant,
         "actor": actor,
+        "parent_job_id": None,
         "job_ids": job_ids,
         "kinds": [i.job.kind for i in items],
         "payloads": [i.job.payload for i in items],
@@ -196,12 +218,6 @@ async def dependency_states(conn: Connection, tenant: TenantId, job_ids: Sequenc
     """States of this tenant's named jobs (absent ids are missing), share-locked until commit."""
     cur = await conn.execute(queries.JOB_DEPENDENCY_STATES, {"tenant": tenant, "job_ids": list(job_ids)})
     return {JobId(str(r["job_id"])): JobState(r["state"]) for r in await cur.fetchall()}
-
-
-async def lock_resource_head(conn: Connection, tenant: TenantId, resource_key: str) -> int:
-    """The highest version submitted so far (0 for a new key); holds the key's lock until commit."""
-    latest, _ = await lock_resource_head_and_tombstone(conn, tenant, resource_key)
-    return latest
 
 
 async def lock_resource_head_and_tombstone(conn: Connection, tenant: TenantId, resource_key: str) -> tuple[int, int]:
@@ -285,12 +301,6 @@ async def reopen(
     )
     row = await cur.fetchone()
     return job_from_row(row) if row else None
-
-
-async def resource_head(conn: Connection, tenant: TenantId, resource_key: str) -> int | None:
-    """The highest version submitted for the key; None when the tenant never submitted one."""
-    head = await resource_head_and_tombstone(conn, tenant, resource_key)
-    return head[0] if head else None
 
 
 async def resource_head_and_tombstone(conn: Connection, tenant: TenantId, resource_key: str) -> tuple[int, int] | None:
@@ -408,9 +418,10 @@ async def list_jobs(
     conn: Connection, tenant: TenantId, filters: ListFilter, after: PageCursor | None, page_size: int
 ) -> JobPage:
     cur = await conn.execute(
-        queries.JOB_LIST,
+        queries.JOB_LIST_CHILDREN if filters.parent_job_id else queries.JOB_LIST,
         {
             "tenant": tenant,
+            "parent_job_id": filters.parent_job_id,
             "states": [s.value for s in filters.states],
             "kind": filters.kind,
             "resource_key": filters.resource_key,

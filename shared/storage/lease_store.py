@@ -23,7 +23,8 @@ from shared.domain.jobs import (
 )
 from shared.domain.trace_context import TraceContext
 from shared.storage import queries
-from shared.storage.database import Connection, savepoint
+from shared.storage.database import Connection, Database, savepoint
+from shared.storage.refusals import refusal, refusals
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,26 @@ class Transition:
 async def claim_batch(
     conn: Connection, *, worker_id: str, kinds: Sequence[str], limit: int, lease_seconds: float
 ) -> list[ClaimedJob]:
-    cur = await conn.execute(
-        queries.JOB_CLAIM_BATCH,
-        {"worker_id": worker_id, "kinds": list(kinds), "limit": limit, "lease_seconds": lease_seconds},
-    )
+    """The claim inside the caller's transaction (tests, and callers that do more in it)."""
+    cur = await conn.execute(queries.JOB_CLAIM_BATCH, _claim_params(worker_id, kinds, limit, lease_seconds))
+    return _claimed(await cur.fetchall())
+
+
+async def claim_batch_alone(
+    db: Database, *, worker_id: str, kinds: Sequence[str], limit: int, lease_seconds: float
+) -> list[ClaimedJob]:
+    """The claim in a transaction of its own, in one round trip (`Database.run_alone`); what it returns
+    is committed. One statement does the whole claim (routines/claim.sql), so nothing else belongs in
+    its transaction."""
+    rows = await db.run_alone(queries.JOB_CLAIM_BATCH, _claim_params(worker_id, kinds, limit, lease_seconds))
+    return _claimed(rows)
+
+
+def _claim_params(worker_id: str, kinds: Sequence[str], limit: int, lease_seconds: float) -> dict[str, Any]:
+    return {"worker_id": worker_id, "kinds": list(kinds), "limit": limit, "lease_seconds": lease_seconds}
+
+
+def _claimed(rows: Sequence[dict[str, Any]]) -> list[ClaimedJob]:
     return [
         ClaimedJob(
             job_id=JobId(row["job_id"]),
@@ -60,7 +77,7 @@ async def claim_batch(
             claimed_at=row["claimed_at"],
             trace_context=TraceContext(row["traceparent"], row["tracestate"]) if row["traceparent"] else None,
         )
-        for row in await cur.fetchall()
+        for row in rows
     ]
 
 
@@ -135,26 +152,9 @@ async def _move_isolating(
     moved.extend(_transitions(rows))
 
 
-async def _refusals(conn: Connection, job_ids: Sequence[JobId]) -> dict[JobId, ReportOutcome]:
-    """Why each named job refused a report, read after the refusing statement."""
-    cur = await conn.execute(queries.JOB_LEASE_DIAGNOSE, {"job_ids": list(job_ids)})
-    return {
-        JobId(str(r["job_id"])): refusal_outcome(JobState(r["state"]), resource_deleted=r["resource_deleted"])
-        for r in await cur.fetchall()
-    }
-
-
-async def refusal_for(conn: Connection, job_id: JobId) -> ReportOutcome:
-    """Why a fenced statement found no running row of this job under the caller's token."""
-    return await _refusal(conn, job_id)
-
-
-async def _refusal(conn: Connection, job_id: JobId) -> ReportOutcome:
-    return (await _refusals(conn, [job_id])).get(job_id, ReportOutcome.LEASE_LOST)
-
-
 async def heartbeat(conn: Connection, leases: Sequence[LeaseRef], *, lease_seconds: float) -> list[LeaseStatus]:
-    """Extends held leases; for the others says whether the job was cancelled or superseded."""
+    """Extends held leases; for the others says whether the job was cancelled or superseded, and the
+    refusal (the outcome) any report under that lease would get."""
     cur = await conn.execute(
         queries.JOB_HEARTBEAT_BATCH,
         {
@@ -183,6 +183,11 @@ async def heartbeat(conn: Connection, leases: Sequence[LeaseRef], *, lease_secon
                 superseded=state is JobState.SUPERSEDED,
                 lease_expires_at=row["lease_expires_at"] if row else None,
                 resource_deleted=bool(row is None and now and now["resource_deleted"]),
+                outcome=(
+                    ReportOutcome.ACCEPTED
+                    if row is not None
+                    else refusal_outcome(state, resource_deleted=bool(now and now["resource_deleted"]))
+                ),
                 # Only the holder's own completion can make it SUCCEEDED under this token: a heartbeat
                 # that raced it. (A failure under the same token may also be the lease sweep's.)
                 ended_by_holder=(
@@ -195,6 +200,20 @@ async def heartbeat(conn: Connection, leases: Sequence[LeaseRef], *, lease_secon
 
 async def complete_batch(conn: Connection, *, worker_id: str, completions: Sequence[Completion]) -> list[ReportOutcome]:
     """One fenced statement for the whole batch; outcomes in input order."""
+    outcomes, _ = await _complete(conn, worker_id, completions)
+    return outcomes
+
+
+async def complete_parent(conn: Connection, *, worker_id: str, completion: Completion) -> TenantId | ReportOutcome:
+    """The fenced completion of a job that spawned children: its tenant when it SUCCEEDED (the children
+    go in this transaction, in that tenant), else why it was refused."""
+    (outcome,), tenants = await _complete(conn, worker_id, [completion])
+    return tenants[completion.job_id] if outcome is ReportOutcome.ACCEPTED else outcome
+
+
+async def _complete(
+    conn: Connection, worker_id: str, completions: Sequence[Completion]
+) -> tuple[list[ReportOutcome], dict[JobId, TenantId]]:
     cur = await conn.execute(
         queries.JOB_COMPLETE_BATCH,
         {
@@ -204,9 +223,11 @@ async def complete_batch(conn: Connection, *, worker_id: str, completions: Seque
             "worker_id": worker_id,
         },
     )
-    finished = {(r["job_id"], r["fencing_token"]): JobState(r["state"]) for r in await cur.fetchall()}
+    rows = await cur.fetchall()
+    finished = {(r["job_id"], r["fencing_token"]): JobState(r["state"]) for r in rows}
+    tenants = {JobId(r["job_id"]): TenantId(r["tenant"]) for r in rows}
     refused = [c.job_id for c in completions if (c.job_id, c.fencing_token) not in finished]
-    refusals = await _refusals(conn, refused) if refused else {}
+    refused_why = await refusals(conn, refused)
     outcomes = []
     for c in completions:
         state = finished.get((c.job_id, c.fencing_token))
@@ -215,8 +236,8 @@ async def complete_batch(conn: Connection, *, worker_id: str, completions: Seque
         elif state is JobState.CANCELLED:
             outcomes.append(ReportOutcome.JOB_CANCELLED)
         else:
-            outcomes.append(refusals.get(c.job_id, ReportOutcome.LEASE_LOST))
-    return outcomes
+            outcomes.append(refused_why[c.job_id])
+    return outcomes, tenants
 
 
 async def fail_attempt(
@@ -260,7 +281,7 @@ async def push_back(
 
 async def _fail_outcome(conn: Connection, lease: LeaseRef, row: dict[str, Any] | None) -> FailOutcome | ReportOutcome:
     if row is None:
-        return await _refusal(conn, lease.job_id)
+        return await refusal(conn, lease.job_id)
     state = JobState(row["state"])
     waiting = state in (JobState.RETRY_WAIT, JobState.PENDING)
     next_at: datetime | None = row["run_after"] if waiting else None
@@ -282,5 +303,5 @@ async def release(
     )
     row = await cur.fetchone()
     if row is None:
-        return await _refusal(conn, lease.job_id)
+        return await refusal(conn, lease.job_id)
     return JobState(row["state"])

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from shared.domain.ids import FencingToken, JobId, TenantId
 from shared.domain.job_logs import LOG_SEQUENCE_MAX, AttemptLog, JobLogLine, LogLine, LogPosition
-from shared.domain.jobs import JobState, ReportOutcome, refusal_outcome
-from shared.storage import queries
+from shared.domain.jobs import ReportOutcome
 from shared.storage.database import Connection
+from shared.storage.refusals import refusals
 from shared.storage.sql_loader import load_sql_blocks
 
 _logs = load_sql_blocks("logs.sql")
@@ -35,17 +35,8 @@ async def append_batch(conn: Connection, logs: Sequence[AttemptLog]) -> list[Rep
         },
     )
     held = {(str(row["job_id"]), row["fencing_token"]) for row in await cur.fetchall()}
-    refused = [log.job_id for log in logs if (log.job_id, log.lease.fencing_token) not in held]
-    states: dict[str, JobState] = {}
-    if refused:
-        diagnosed = await conn.execute(queries.JOB_LEASE_DIAGNOSE, {"job_ids": refused})
-        states = {str(row["job_id"]): JobState(row["state"]) for row in await diagnosed.fetchall()}
-    return [
-        ReportOutcome.ACCEPTED
-        if (log.job_id, log.lease.fencing_token) in held
-        else refusal_outcome(states.get(log.job_id))
-        for log in logs
-    ]
+    refused = await refusals(conn, [log.job_id for log in logs if (log.job_id, log.lease.fencing_token) not in held])
+    return [refused.get(log.job_id, ReportOutcome.ACCEPTED) for log in logs]
 
 
 async def list_lines(

@@ -55,5 +55,13 @@ async def dependents_page(conn: Connection, job_id: JobId, *, after: JobId | Non
     return [_relative(r) for r in await cur.fetchall()]
 
 
+async def children_page(conn: Connection, job_id: JobId, *, after: JobId | None, limit: int) -> list[Relative]:
+    """Up to `limit` of the jobs `job_id` spawned, in job id order after `after`."""
+    cur = await conn.execute(
+        queries.OPERATOR_JOB_CHILDREN_PAGE, {"job_id": job_id, "after_job_id": after, "limit": limit}
+    )
+    return [_relative(r) for r in await cur.fetchall()]
+
+
 def _relative(row: dict[str, Any]) -> Relative:
     return Relative(JobId(str(row["job_id"])), row["kind"], JobState(row["state"]), row["is_dependency"])

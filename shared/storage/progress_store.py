@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from shared.domain.checkpoints import Progress, ProgressReport
 from shared.domain.ids import JobId, TenantId
-from shared.domain.jobs import JobState, ReportOutcome, refusal_outcome
-from shared.storage import queries
+from shared.domain.jobs import ReportOutcome
 from shared.storage.database import Connection
+from shared.storage.refusals import refusals
 from shared.storage.sql_loader import load_sql_blocks
 
 _progress = load_sql_blocks("progress.sql")
@@ -30,17 +30,10 @@ async def record_batch(conn: Connection, reports: Sequence[ProgressReport]) -> l
         },
     )
     written = {(str(row["job_id"]), row["fencing_token"]) for row in await cur.fetchall()}
-    refused = [r.lease.job_id for r in reports if (r.lease.job_id, r.lease.fencing_token) not in written]
-    states: dict[str, JobState] = {}
-    if refused:
-        diagnosed = await conn.execute(queries.JOB_LEASE_DIAGNOSE, {"job_ids": refused})
-        states = {str(row["job_id"]): JobState(row["state"]) for row in await diagnosed.fetchall()}
-    return [
-        ReportOutcome.ACCEPTED
-        if (r.lease.job_id, r.lease.fencing_token) in written
-        else refusal_outcome(states.get(r.lease.job_id))
-        for r in reports
-    ]
+    refused = await refusals(
+        conn, [r.lease.job_id for r in reports if (r.lease.job_id, r.lease.fencing_token) not in written]
+    )
+    return [refused.get(r.lease.job_id, ReportOutcome.ACCEPTED) for r in reports]
 
 
 async def get(conn: Connection, tenant: TenantId, job_id: JobId) -> Progress | None:

@@ -227,3 +227,27 @@ def test_a_job_page_pages_its_dependents_and_says_why_a_pending_job_waits(
     client.post("/kinds/pause", {"kind": "echo", "reason": "provider down", "csrf_token": client.csrf_token("/kinds")})
     waiting = client.get(f"/jobs/{parent}").body
     assert "Waits because" in waiting and "its kind is paused by an operator (kind:echo) [kind_paused]" in waiting
+
+
+def test_a_parents_page_pages_the_jobs_it_spawned_and_each_child_links_back(
+    service_stack: ServiceStack, console: str
+) -> None:
+    service_stack.start_worker("w1", JOBS_HANDLER_MODULES="tests.handlers_for_tests")
+    acme = service_stack.tenant("acme")
+    parent = acme.submit("fanout.async", json.dumps({"pages": 150, "fan_in": False}).encode()).job.job_id
+    wait_until(lambda: acme.get(parent).state == jobs_pb2.JOB_STATE_SUCCEEDED, timeout=60, what="the parent")
+    client = signed_in(console)
+
+    pages: list[int] = []
+    path = f"/jobs/{parent}"
+    for _ in range(10):
+        body = client.get(path).body
+        pages.append(len(re.findall(r"<td>plain\.echo</td>", body)))
+        more = re.search(r'href="(/jobs/[0-9a-f-]+\?children_after=[0-9a-f-]+)">More spawned jobs', body)
+        if more is None:
+            break
+        path = more[1]
+    assert pages == [100, 50]
+
+    child = json.loads(acme.result(parent).payload)["pages"][0]
+    assert f'<a href="/jobs/{parent}">' in client.get(f"/jobs/{child}").body

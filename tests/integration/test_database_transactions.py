@@ -1,11 +1,13 @@
 """Database.transaction on the pool's autocommit connections: a block is one transaction, its tenant and
-deadline hold for every statement in it and end with it, and a failed block writes nothing."""
+deadline hold for every statement in it and end with it, and a failed block writes nothing. And
+Database.run_alone, one statement in a transaction of its own, held to the same bounds."""
 
 from __future__ import annotations
 
 import psycopg
 import pytest
 
+from shared.domain.errors import DeadlineExceeded
 from shared.storage.database import Database, PoolSettings, call_deadline, savepoint
 
 pytestmark = pytest.mark.timeout(30)
@@ -69,3 +71,34 @@ async def test_a_savepoint_undoes_only_its_own_work(one_connection: Database) ->
     async with one_connection.transaction() as conn:
         rows = await (await conn.execute("SELECT n FROM scratch ORDER BY n")).fetchall()
     assert [r["n"] for r in rows] == [1, 3]
+
+
+async def test_a_statement_run_alone_has_the_tenant_and_the_deadline_and_they_end_with_it(
+    one_connection: Database,
+) -> None:
+    with call_deadline(5.0):
+        (seen,) = await one_connection.run_alone(_SETTINGS, {}, tenant="acme")
+    assert seen["tenant"] == "acme"
+    assert seen["timeout"] not in ("0", None)
+    after = await _settings(one_connection)
+    assert after["tenant"] == ""
+    assert after["timeout"] != seen["timeout"], "the statement's bound outlived its transaction"
+
+
+async def test_a_statement_run_alone_is_committed_when_its_rows_come_back(
+    one_connection: Database, database_url: str
+) -> None:
+    rows = await one_connection.run_alone("INSERT INTO scratch VALUES (%(n)s) RETURNING n", {"n": 7})
+    assert [r["n"] for r in rows] == [7]
+    with psycopg.connect(database_url) as elsewhere:
+        assert elsewhere.execute("SELECT n FROM scratch").fetchall() == [(7,)]
+
+
+async def test_a_statement_run_alone_past_its_deadline_is_cancelled_writes_nothing_and_the_connection_serves_again(
+    one_connection: Database,
+) -> None:
+    with call_deadline(1.0), pytest.raises(DeadlineExceeded):
+        await one_connection.run_alone("INSERT INTO scratch SELECT 1 FROM pg_sleep(20)", {})
+    await one_connection.run_alone("INSERT INTO scratch VALUES (2)", {})
+    rows = await one_connection.run_alone("SELECT n FROM scratch ORDER BY n", {})
+    assert [r["n"] for r in rows] == [2]

@@ -37,7 +37,7 @@ class ScriptedRandom(random.Random):
         return self._script.pop(0) if self._script else 0.999
 
 
-async def _open(database_url: str, faults: StatementFaults) -> Database:
+async def _open(database_url: str, faults: StatementFaults, *, autocommit: bool = False) -> Database:
     """As Database.open, with faults whose choices the test scripts."""
     watch = SilenceWatch(database_url, "jobs-tests")
     pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
@@ -45,7 +45,7 @@ async def _open(database_url: str, faults: StatementFaults) -> Database:
         connection_class=Connection,
         min_size=1,
         max_size=2,
-        kwargs={"row_factory": dict_row, **pool_connection_kwargs(faults)},
+        kwargs={"row_factory": dict_row, "autocommit": autocommit, **pool_connection_kwargs(faults)},
         configure=watch.configure,
         open=False,
     )
@@ -91,6 +91,27 @@ async def test_a_lost_commit_reply_commits_and_still_answers_unavailable(
                 await conn.execute(INSERT_ACTION, {"actor": "reply-lost"})
         assert _actions(database_url, "reply-lost") == 2
         assert "injected fault: commit_reply_lost" in caplog.messages
+    finally:
+        await db.close()
+
+
+async def test_a_statement_run_alone_fails_as_a_transaction_does_when_picked(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Only the statement is ever picked (the bounds beside it never are): not sent (0.9), then its reply
+    # lost (0.1).
+    db = await _open(database_url, StatementFaults(0.1, ScriptedRandom([0.0, 0.9, 0.0, 0.1])), autocommit=True)
+    try:
+        with caplog.at_level(logging.WARNING):
+            with pytest.raises(Unavailable):
+                await db.run_alone(INSERT_ACTION, {"actor": "alone-not-sent"})
+            with pytest.raises(Unavailable):
+                await db.run_alone(INSERT_ACTION, {"actor": "alone-reply-lost"})
+        assert (_actions(database_url, "alone-not-sent"), _actions(database_url, "alone-reply-lost")) == (0, 1)
+        assert caplog.messages.count("injected fault: statement_not_sent") == 1
+        assert caplog.messages.count("injected fault: commit_reply_lost") == 1
+        await db.run_alone(INSERT_ACTION, {"actor": "alone-after"})
+        assert _actions(database_url, "alone-after") == 1
     finally:
         await db.close()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable, Coroutine
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -16,6 +16,7 @@ from api_service.usecases.submission import SubmissionService
 from api_service.usecases.worker_reports import WorkerReports
 from shared.domain.errors import FailedPrecondition, InvalidArgument, JobCancelled, JobSuperseded, LeaseLost
 from shared.domain.ids import FencingToken, JobId
+from shared.domain.job_logs import LogLine
 from shared.domain.jobs import (
     ClaimedJob,
     Completion,
@@ -23,6 +24,7 @@ from shared.domain.jobs import (
     JobError,
     JobState,
     LeaseRef,
+    ReleaseReport,
     ReportOutcome,
 )
 from shared.domain.submission_rules import SubmissionLimits
@@ -191,6 +193,34 @@ async def test_a_heartbeat_tells_the_holder_about_cancel_and_supersede(db, repor
         (False, False, True),
     ]
     assert rejections.counts == Counter({ReportOutcome.JOB_CANCELLED: 1, ReportOutcome.JOB_SUPERSEDED: 1})
+    assert [s.outcome for s in statuses] == [
+        ReportOutcome.ACCEPTED,
+        ReportOutcome.JOB_CANCELLED,
+        ReportOutcome.JOB_SUPERSEDED,
+    ], "the refusal a report under each lease would get, as the report batches answer it"
+
+
+async def test_a_cancel_is_released_with_its_last_lines_and_recorded_as_no_failure(db, sync_db, reports):
+    claimed = await factories.insert_and_claim(db)
+    await factories.set_state(db, claimed.job_id, JobState.RUNNING, cancel_requested=True)
+    line = LogLine(datetime.now(UTC), "WARNING", "durable_jobs.job", "stopping on request")
+
+    (state,) = await reports.release_many(
+        WORKER_ID, [ReleaseReport(lease_of(claimed), True, "cancelled on request", ((1, line),))]
+    )
+
+    assert state is JobState.CANCELLED
+    row = sync_db.one("SELECT last_error_category, last_error_message FROM jobs WHERE job_id = %s", (claimed.job_id,))
+    assert row == {"last_error_category": None, "last_error_message": None}, "a cancel is no failure"
+    ended = sync_db.one("SELECT reason FROM job_events WHERE job_id = %s AND to_state = 'cancelled'", (claimed.job_id,))
+    assert ended == {"reason": "cancelled"}, "the history says what ended it, as after a failure report"
+    kept = sync_db.one("SELECT sequence, message FROM job_logs WHERE job_id = %s", (claimed.job_id,))
+    assert kept == {"sequence": 1, "message": "stopping on request"}
+    (again,) = await reports.release_many(
+        WORKER_ID, [ReleaseReport(lease_of(claimed), True, "cancelled on request", ((2, line),))]
+    )
+    assert again is ReportOutcome.JOB_CANCELLED, "lines under a lease no longer held are refused with it"
+    assert sync_db.one("SELECT count(*) AS n FROM job_logs WHERE job_id = %s", (claimed.job_id,)) == {"n": 1}
 
 
 async def test_a_heartbeat_outside_the_lease_bounds_is_invalid(db, reports):

@@ -13,7 +13,7 @@ import pytest
 
 from api_service.usecases.group_commit import GroupCommitter, each_alone
 from api_service.usecases.submission import SubmissionService
-from shared.domain.errors import AlreadyExists, InvalidArgument, JobsError, Unavailable
+from shared.domain.errors import AlreadyExists, DatabaseUnreachable, InvalidArgument, JobsError, Unavailable
 from shared.domain.ids import TenantId
 from shared.domain.submission_rules import SubmissionLimits
 from shared.domain.trace_context import TraceContext
@@ -62,21 +62,25 @@ async def test_one_callers_refusal_does_not_touch_the_others_in_its_group(servic
     assert sync_db.one("SELECT count(*) AS n FROM jobs")["n"] == 11
 
 
+def _insert_tag(tag: str, failing: dict[str, str]):
+    """Work for `each_alone`: inserts `tag` into group_probe, then runs `failing[tag]`, if any."""
+
+    async def work(conn):
+        await conn.execute("CREATE TABLE IF NOT EXISTS group_probe (tag text)")
+        await conn.execute("INSERT INTO group_probe VALUES (%s)", (tag,))
+        if tag in failing:
+            await conn.execute(failing[tag])
+        return tag
+
+    return work
+
+
 async def test_a_failed_statement_rolls_back_the_group_and_each_item_runs_alone(db, sync_db):
     committer: GroupCommitter = GroupCommitter(db, each_alone, flushers=1)
-
-    def insert(tag: str):
-        async def work(conn):
-            await conn.execute("CREATE TABLE IF NOT EXISTS group_probe (tag text)")
-            await conn.execute("INSERT INTO group_probe VALUES (%s)", (tag,))
-            if tag == "bad":
-                await conn.execute("SELECT 1 / 0")
-            return tag
-
-        return work
+    failing = {"bad": "SELECT 1 / 0"}
 
     answers = await asyncio.gather(
-        *(committer.run(insert(tag)) for tag in ("a", "b", "bad", "c")), return_exceptions=True
+        *(committer.run(_insert_tag(tag, failing)) for tag in ("a", "b", "bad", "c")), return_exceptions=True
     )
 
     assert answers[:2] + answers[3:] == ["a", "b", "c"]
@@ -341,19 +345,22 @@ async def test_a_stuck_flush_does_not_hold_the_next_submission(db):
 
 class _DatabaseUnreachable(Database):
     """Every transaction fails as it does while the database is down, once `answer` is set; counts the
-    attempts."""
+    attempts. With `first`, the first attempt fails with that error instead."""
 
-    def __init__(self) -> None:  # no pool: nothing else is used
+    def __init__(self, first: JobsError | None = None) -> None:  # no pool: nothing else is used
         self.attempts = 0
         self.answer = asyncio.Event()
         self.answer.set()
+        self._first = first
 
     @contextlib.asynccontextmanager
     async def transaction(self, tenant: str | None = None) -> AsyncIterator[Connection]:
         self.attempts += 1
         await self.answer.wait()
+        if self.attempts == 1 and self._first is not None:
+            raise self._first
         if self.attempts:  # always; the yield below makes this the async generator asynccontextmanager wants
-            raise Unavailable("no database connection became available in time")
+            raise DatabaseUnreachable("no database connection became available in time")
         yield Connection.__new__(Connection)
 
 
@@ -367,6 +374,35 @@ async def test_a_group_the_database_failed_is_answered_at_once_not_retried_item_
 
     assert all(isinstance(answer, Unavailable) for answer in answers)
     assert unreachable.attempts == 1
+
+
+async def test_a_group_retried_item_by_item_stops_once_the_database_itself_fails():
+    """A connection lost under the group's statement, then no connection at all: the first item's retry
+    finds the database down, and the items behind it are answered at once, not each after another wait."""
+    unreachable = _DatabaseUnreachable(first=Unavailable("the database is unavailable"))
+    committer: GroupCommitter = GroupCommitter(unreachable, _Batches(), flushers=1)
+
+    answers = await asyncio.gather(*(committer.run(n) for n in range(5)), return_exceptions=True)
+
+    assert all(isinstance(answer, Unavailable) for answer in answers)
+    assert unreachable.attempts <= 3, "a retry after the database failed waited for it again"
+
+
+async def test_a_group_whose_connection_was_lost_under_one_item_commits_the_others(db, sync_db):
+    """One item's statement loses the connection (its backend ends, as in a crash or a cut, or as a
+    statement fault injected on purpose does): the group rolls back, and the other items, each on its
+    own, commit; only the item that lost its connection again is answered UNAVAILABLE."""
+    sync_db.execute("CREATE TABLE group_probe (tag text)")
+    committer: GroupCommitter = GroupCommitter(db, each_alone, flushers=1)
+    failing = {"cut": "SELECT pg_terminate_backend(pg_backend_pid())"}
+
+    answers = await asyncio.gather(
+        *(committer.run(_insert_tag(tag, failing)) for tag in ("a", "b", "cut", "c", "d")), return_exceptions=True
+    )
+
+    assert answers[:2] + answers[3:] == ["a", "b", "c", "d"]
+    assert isinstance(answers[2], Unavailable) and not isinstance(answers[2], DatabaseUnreachable)
+    assert sorted(r["tag"] for r in sync_db.rows("SELECT tag FROM group_probe")) == ["a", "b", "c", "d"]
 
 
 async def test_a_job_committed_after_its_caller_left_is_still_logged_as_submitted(service, caplog):

@@ -206,3 +206,20 @@ def test_an_unknown_kind_is_refused_with_the_known_kinds_listed_once(api: str) -
         "jobsctl: error: INVALID_ARGUMENT",
         "  kind: is not a registered job kind; known kinds: echo, flaky, sleep, summarize",
     ]
+
+
+def test_a_parents_children_are_listed_and_each_shows_its_parent(service_stack: ServiceStack, api: str) -> None:
+    service_stack.start_worker("w1", JOBS_HANDLER_MODULES="tests.handlers_for_tests")
+    parent = jobsctl(api, "submit", "fanout.async", "--payload", '{"pages": 2}').text.strip()
+    result = jobsctl(api, "--timeout", "60", "result", "--wait", parent)
+    assert result.code == 0, result.stderr
+    spawned = json.loads(result.stdout)
+
+    listed = jobsctl(api, "list", "--parent", parent)
+    assert listed.code == 0, listed.stderr
+    assert sorted(line.split()[0] for line in listed.text.splitlines()[1:]) == sorted(
+        [*spawned["pages"], spawned["fan_in"]]
+    )
+    shown = jobsctl(api, "get", spawned["fan_in"]).text.splitlines()
+    assert [line.split() for line in shown if line.startswith("parent_job_id")] == [["parent_job_id", parent]]
+    assert jobsctl(api, "list", "--parent", parent, tenant="globex").text.splitlines()[1:] == []

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
-from google.protobuf import timestamp_pb2
+from google.protobuf import duration_pb2, timestamp_pb2
 
 from jobs.v1 import jobs_pb2, worker_pb2
 from shared.rpc_error_details import rpc_error_details
@@ -85,6 +85,22 @@ def test_batch_reports_answer_stale_and_cancelled_as_values(service_stack: Servi
         (waiting, R.REPORT_OUTCOME_LEASE_LOST),
     ]
     assert client.get(waiting).state == S.JOB_STATE_PENDING, "a refused report changes nothing"
+    # Every other call that can be refused answers the same value.
+    beat = stub.Heartbeat(
+        worker_pb2.HeartbeatRequest(
+            leases=[worker_pb2.Lease(job_id=j, fencing_token=1) for j in (waiting, cancelled)],
+            extend_by=duration_pb2.Duration(seconds=30),
+        ),
+        metadata=metadata,
+    )
+    assert [(s.job_id, s.outcome) for s in beat.leases] == [
+        (waiting, R.REPORT_OUTCOME_LEASE_LOST),
+        (cancelled, R.REPORT_OUTCOME_JOB_CANCELLED),
+    ]
+    read = stub.GetDependencyResults(
+        worker_pb2.GetDependencyResultsRequest(job_id=cancelled, fencing_token=1), metadata=metadata
+    )
+    assert (read.outcome, list(read.results)) == (R.REPORT_OUTCOME_JOB_CANCELLED, [])
     # The single calls keep the contract's error status for the same refusal.
     with pytest.raises(grpc.RpcError) as raised:
         stub.FailJob(worker_pb2.FailJobRequest(job_id=waiting, fencing_token=1, error=error), metadata=metadata)

@@ -57,25 +57,30 @@ async def _open(url: str) -> Database:
     return await Database.open(PoolSettings(url, min_size=1, max_size=3, acquire_timeout_seconds=1.0), wait=True)
 
 
-async def _select_one(db: Database) -> None:
+async def _select_one(db: Database, *, alone: bool = False) -> None:
+    """In a transaction, or as a statement in a transaction of its own (Database.run_alone)."""
     with call_deadline(CALLER_DEADLINE_SECONDS):
+        if alone:
+            await db.run_alone("SELECT 1", {})
+            return
         async with db.transaction() as conn:
             await conn.execute("SELECT 1")
 
 
+@pytest.mark.parametrize("alone", [False, True], ids=["transaction", "statement_alone"])
 async def test_a_transaction_on_a_silent_server_is_answered_unavailable_long_before_its_deadline(
-    database_url: str, proxies: tuple[SilentableProxy, SilentableProxy]
+    database_url: str, proxies: tuple[SilentableProxy, SilentableProxy], alone: bool
 ) -> None:
     proxy, _ = proxies
     db = await _open(_through(database_url, proxy))
     try:
-        await _select_one(db)
+        await _select_one(db, alone=alone)
         proxy.fall_silent()
         async with asyncio.timeout(CALLER_DEADLINE_SECONDS / 2):
             with pytest.raises(Unavailable):
-                await _select_one(db)
+                await _select_one(db, alone=alone)
             with pytest.raises(Unavailable):  # no connection to the silent server is handed out again
-                await _select_one(db)
+                await _select_one(db, alone=alone)
         proxy.speak_again()
         await _await_service(db)
     finally:

@@ -47,13 +47,39 @@ class ScriptedWorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self.release_time_remaining: list[float | None] = []
         self.completion_answers: dict[str, worker_pb2.ReportOutcome] = {}
         self.completion_outages = 0
+        # Jobs whose heartbeat answers that a cancel was requested (the lease still held).
+        self.cancel_requested: set[str] = set()
+        # Every call in order, with the job ids it named.
+        self.log: list[tuple[str, list[str]]] = []
+        self.shipped_lines: list[str] = []
 
     async def Heartbeat(self, request: worker_pb2.HeartbeatRequest, context: Any) -> worker_pb2.HeartbeatResponse:
         self.calls["Heartbeat"] += 1
+        self.log.append(("Heartbeat", [x.job_id for x in request.leases]))
         held = [
-            worker_pb2.LeaseStatus(job_id=x.job_id, fencing_token=x.fencing_token, held=True) for x in request.leases
+            worker_pb2.LeaseStatus(
+                job_id=x.job_id,
+                fencing_token=x.fencing_token,
+                held=True,
+                cancel_requested=x.job_id in self.cancel_requested,
+                outcome=R.REPORT_OUTCOME_ACCEPTED,
+            )
+            for x in request.leases
         ]
         return worker_pb2.HeartbeatResponse(leases=held)
+
+    async def AppendJobLogs(
+        self, request: worker_pb2.AppendJobLogsRequest, context: Any
+    ) -> worker_pb2.AppendJobLogsResponse:
+        self.calls["AppendJobLogs"] += 1
+        self.log.append(("AppendJobLogs", [x.job_id for x in request.logs]))
+        self.shipped_lines.extend(line.message for x in request.logs for line in x.lines)
+        return worker_pb2.AppendJobLogsResponse(
+            outcomes=[
+                worker_pb2.AppendJobLogsOutcome(job_id=x.job_id, outcome=R.REPORT_OUTCOME_ACCEPTED)
+                for x in request.logs
+            ]
+        )
 
     async def CompleteJobs(
         self, request: worker_pb2.CompleteJobsRequest, context: Any
@@ -88,12 +114,17 @@ class ScriptedWorkerService(worker_pb2_grpc.WorkerServiceServicer):
 
     async def ReleaseJobs(self, request: worker_pb2.ReleaseJobsRequest, context: Any) -> worker_pb2.ReleaseJobsResponse:
         self.calls["ReleaseJobs"] += 1
+        self.log.append(("ReleaseJobs", [r.job_id for r in request.releases]))
         self.release_time_remaining.append(context.time_remaining())
         self.releases.extend(request.releases)
         return worker_pb2.ReleaseJobsResponse(
             outcomes=[
                 worker_pb2.ReleaseOutcome(
-                    job_id=r.job_id, outcome=R.REPORT_OUTCOME_ACCEPTED, state=jobs_pb2.JOB_STATE_PENDING
+                    job_id=r.job_id,
+                    outcome=R.REPORT_OUTCOME_ACCEPTED,
+                    state=jobs_pb2.JOB_STATE_CANCELLED
+                    if r.job_id in self.cancel_requested
+                    else jobs_pb2.JOB_STATE_PENDING,
                 )
                 for r in request.releases
             ]
@@ -106,6 +137,16 @@ async def _echo(ctx: JobContext) -> bytes:
 
 async def _until_stopped(ctx: JobContext) -> bytes:
     await ctx.stop_requested.wait()
+    return b""
+
+
+async def _logs_until_stopped(ctx: JobContext) -> bytes:
+    ctx.log.info("started the long part")
+    try:
+        await ctx.stop_requested.wait()
+    except asyncio.CancelledError:  # a stop cancels the handler's task
+        ctx.log.warning("stopping on request")
+        raise
     return b""
 
 
@@ -125,6 +166,7 @@ def _registry() -> HandlerRegistry:
     registry = HandlerRegistry()
     registry.register("inproc.echo")(_echo)
     registry.register("inproc.wait")(_until_stopped)
+    registry.register("inproc.logs")(_logs_until_stopped)
     registry.register("inproc.pushback")(_pushed_back)
     registry.register("inproc.until")(_pushed_back_until)
     registry.register("inproc.busy")(_busy)
@@ -178,6 +220,8 @@ async def worker(database_url: str, db: Database) -> AsyncIterator[WorkerUnderTe
             "JOBS_POLL_INTERVAL_SECONDS": "0.1",
             "JOBS_SHUTDOWN_GRACE_SECONDS": "0.2",
             "JOBS_COMPLETION_FLUSH_SECONDS": "0.01",
+            # Log lines go at once, then not again for a minute: an attempt's last ones go with its report.
+            "JOBS_PROGRESS_INTERVAL_SECONDS": "60",
         }
     )
     registry = _registry()
@@ -247,6 +291,27 @@ async def test_a_graceful_stop_releases_the_jobs_it_holds(worker, db):
         "a call never outlives its report's deadline",
         remaining,
     )
+
+
+async def test_a_cancel_is_one_release_call_that_carries_the_last_log_lines(worker, db, sync_db):
+    job_id = await _submit(db, "inproc.logs")
+    await worker.wait_for(lambda r: r.signal is Signal.CLAIMED and r.job_id == job_id, "claimed")
+    worker.service.cancel_requested.add(job_id)
+    # The stop trigger's notification makes the worker ask at once rather than at its next heartbeat.
+    sync_db.execute("UPDATE jobs SET cancel_requested = true WHERE job_id = %s", (job_id,))
+
+    reported = await worker.reported(job_id)
+
+    assert (reported.report, reported.detail) == ("released", "cancelled")
+    learned = max(i for i, (call, jobs) in enumerate(worker.service.log) if call == "Heartbeat" and job_id in jobs)
+    after = [(call, jobs) for call, jobs in worker.service.log[learned + 1 :] if job_id in jobs]
+    assert after == [("ReleaseJobs", [job_id])], "one call after the worker learned of the cancel"
+    (release,) = worker.service.releases
+    assert release.started and release.reason == "cancelled on request"
+    shipped = [*worker.service.shipped_lines, *(line.message for line in release.last_lines)]
+    assert shipped == ["started the long part", "stopping on request"]
+    assert [line.sequence for line in release.last_lines] == list(range(3 - len(release.last_lines), 3))
+    assert not worker.service.failures, "a cancel is no failure"
 
 
 async def test_pushbacks_and_retry_hints_carry_their_fields(worker, db):

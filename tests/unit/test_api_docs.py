@@ -3,7 +3,6 @@ message and enum the generated stubs know."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,25 +49,3 @@ def test_every_rpc_is_described() -> None:
     assert rows
     undocumented = [row.split("`")[1] for row in rows if row.rstrip().endswith("| - |")]
     assert undocumented == [], "add a comment above these rpc lines in the .proto"
-
-
-OPERATOR_DOCS = ("API.md", "ARCHITECTURE.md", "GUARANTEES.md", "RUNBOOK.md", "SCALING.md")
-
-
-def _anchors(markdown: str) -> set[str]:
-    """GitHub's heading anchors: lower case, punctuation dropped, spaces to hyphens."""
-    headings = re.findall(r"^#+ (.+)$", markdown, flags=re.MULTILINE)
-    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
-
-
-@pytest.mark.parametrize("name", OPERATOR_DOCS)
-def test_links_between_the_docs_resolve(name: str) -> None:
-    text = (REPO_ROOT / "docs" / name).read_text()
-    for target in re.findall(r"\]\(([^)\s]+)\)", text):
-        if "://" in target:
-            continue
-        path, _, anchor = target.partition("#")
-        linked = (REPO_ROOT / "docs" / path).resolve() if path else REPO_ROOT / "docs" / name
-        assert linked.is_file(), f"{name}: link to missing {target}"
-        if anchor:
-            assert anchor in _anchors(linked.read_text()), f"{name}: no heading for #{anchor} in {linked.name}"

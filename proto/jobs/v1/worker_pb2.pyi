@@ -21,6 +21,7 @@ class ReportOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REPORT_OUTCOME_JOB_SUPERSEDED: _ClassVar[ReportOutcome]
     REPORT_OUTCOME_RESOURCE_DELETED: _ClassVar[ReportOutcome]
     REPORT_OUTCOME_RESULT_TOO_LARGE: _ClassVar[ReportOutcome]
+    REPORT_OUTCOME_CHILDREN_REFUSED: _ClassVar[ReportOutcome]
 REPORT_OUTCOME_UNSPECIFIED: ReportOutcome
 REPORT_OUTCOME_ACCEPTED: ReportOutcome
 REPORT_OUTCOME_LEASE_LOST: ReportOutcome
@@ -28,6 +29,7 @@ REPORT_OUTCOME_JOB_CANCELLED: ReportOutcome
 REPORT_OUTCOME_JOB_SUPERSEDED: ReportOutcome
 REPORT_OUTCOME_RESOURCE_DELETED: ReportOutcome
 REPORT_OUTCOME_RESULT_TOO_LARGE: ReportOutcome
+REPORT_OUTCOME_CHILDREN_REFUSED: ReportOutcome
 
 class Lease(_message.Message):
     __slots__ = ("job_id", "fencing_token")
@@ -48,7 +50,7 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., leases: _Optional[_Iterable[_Union[Lease, _Mapping]]] = ..., extend_by: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class LeaseStatus(_message.Message):
-    __slots__ = ("job_id", "fencing_token", "held", "cancel_requested", "superseded", "lease_expires_at", "resource_deleted")
+    __slots__ = ("job_id", "fencing_token", "held", "cancel_requested", "superseded", "lease_expires_at", "resource_deleted", "outcome")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +58,7 @@ class LeaseStatus(_message.Message):
     SUPERSEDED_FIELD_NUMBER: _ClassVar[int]
     LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_DELETED_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     fencing_token: int
     held: bool
@@ -63,7 +66,8 @@ class LeaseStatus(_message.Message):
     superseded: bool
     lease_expires_at: _timestamp_pb2.Timestamp
     resource_deleted: bool
-    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., held: _Optional[bool] = ..., cancel_requested: _Optional[bool] = ..., superseded: _Optional[bool] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resource_deleted: _Optional[bool] = ...) -> None: ...
+    outcome: ReportOutcome
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., held: _Optional[bool] = ..., cancel_requested: _Optional[bool] = ..., superseded: _Optional[bool] = ..., lease_expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resource_deleted: _Optional[bool] = ..., outcome: _Optional[_Union[ReportOutcome, str]] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("leases",)
@@ -72,14 +76,28 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[LeaseStatus, _Mapping]]] = ...) -> None: ...
 
 class CompleteJobRequest(_message.Message):
-    __slots__ = ("job_id", "fencing_token", "result")
+    __slots__ = ("job_id", "fencing_token", "result", "children")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    CHILDREN_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     fencing_token: int
     result: bytes
-    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., result: _Optional[bytes] = ...) -> None: ...
+    children: _containers.RepeatedCompositeFieldContainer[SpawnedJob]
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., result: _Optional[bytes] = ..., children: _Optional[_Iterable[_Union[SpawnedJob, _Mapping]]] = ...) -> None: ...
+
+class SpawnedJob(_message.Message):
+    __slots__ = ("job_id", "request", "traceparent", "tracestate")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    request: _jobs_pb2.SubmitJobRequest
+    traceparent: str
+    tracestate: str
+    def __init__(self, job_id: _Optional[str] = ..., request: _Optional[_Union[_jobs_pb2.SubmitJobRequest, _Mapping]] = ..., traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...
 
 class CompleteJobResponse(_message.Message):
     __slots__ = ("state",)
@@ -178,16 +196,18 @@ class ReleaseJobsResponse(_message.Message):
     def __init__(self, outcomes: _Optional[_Iterable[_Union[ReleaseOutcome, _Mapping]]] = ...) -> None: ...
 
 class ReleaseJobRequest(_message.Message):
-    __slots__ = ("job_id", "fencing_token", "started", "reason")
+    __slots__ = ("job_id", "fencing_token", "started", "reason", "last_lines")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    LAST_LINES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     fencing_token: int
     started: bool
     reason: str
-    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., started: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+    last_lines: _containers.RepeatedCompositeFieldContainer[_jobs_pb2.JobLogLine]
+    def __init__(self, job_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., started: _Optional[bool] = ..., reason: _Optional[str] = ..., last_lines: _Optional[_Iterable[_Union[_jobs_pb2.JobLogLine, _Mapping]]] = ...) -> None: ...
 
 class ReleaseJobResponse(_message.Message):
     __slots__ = ("state",)
@@ -296,9 +316,11 @@ class DependencyResult(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class GetDependencyResultsResponse(_message.Message):
-    __slots__ = ("results", "next_after_job_id")
+    __slots__ = ("results", "next_after_job_id", "outcome")
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     NEXT_AFTER_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[DependencyResult]
     next_after_job_id: str
-    def __init__(self, results: _Optional[_Iterable[_Union[DependencyResult, _Mapping]]] = ..., next_after_job_id: _Optional[str] = ...) -> None: ...
+    outcome: ReportOutcome
+    def __init__(self, results: _Optional[_Iterable[_Union[DependencyResult, _Mapping]]] = ..., next_after_job_id: _Optional[str] = ..., outcome: _Optional[_Union[ReportOutcome, str]] = ...) -> None: ...

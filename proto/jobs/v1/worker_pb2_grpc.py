@@ -180,7 +180,8 @@ class WorkerServiceServicer:
 
     def GetDependencyResults(self, request, context):
         """The stored results of the jobs a running job depends on, for its current lease holder only
-        (checked in the SQL statement that reads), paged by size.
+        (checked in the SQL statement that reads), paged by size; another caller's read is refused as an
+        outcome.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -25,6 +25,7 @@ from durable_jobs.handlers import (
     PermanentError,
     PushedBack,
     RetryableError,
+    SpawnRefused,
     StopSignal,
 )
 from durable_jobs.ids import FencingToken, JobId, TenantId
@@ -59,6 +60,7 @@ __all__ = [
     "PushedBack",
     "Receipt",
     "RetryableError",
+    "SpawnRefused",
     "StopSignal",
     "Submission",
     "TenantId",

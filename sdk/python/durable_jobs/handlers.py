@@ -21,6 +21,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from durable_jobs.children import (
+    CHILDREN_BYTES_MAX,
+    CHILDREN_PER_PARENT_MAX,
+    SpawnedJob,
+    new_job_ids,
+    spawned_job,
+)
 from durable_jobs.ids import FencingToken, JobId, TenantId
 from durable_jobs.kinds import (
     BACKOFF_BASE_SECONDS_DEFAULT,
@@ -141,6 +148,11 @@ class CheckpointRefused(PermanentError):
     attempt, so the attempt fails PERMANENT unless the handler catches it."""
 
 
+class SpawnRefused(PermanentError):
+    """A spawn over the bounds (CHILDREN_PER_PARENT_MAX jobs, CHILDREN_BYTES_MAX bytes per parent): the
+    same every attempt, so the attempt fails PERMANENT unless the handler catches it."""
+
+
 class StopSignal:
     """Set when the attempt should stop early. Coroutine handlers `await wait()`; plain handlers in a
     thread poll `is_set()` or call `wait_blocking(timeout)`. Set only from the worker's event loop."""
@@ -257,7 +269,11 @@ class JobContext:
     dependency_source: DependencyResults | None = None
     # Where `log` lines go; None keeps them in the process's own log only.
     log_sink: LogSink | None = None
+    # The jobs this attempt spawned, in order; sent with its completion and created only with it.
+    spawned: list[SpawnedJob] = field(default_factory=list)
     _unconfirmed: set[str] = field(default_factory=set)
+    _spawn_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _spawned_bytes: int = field(default=0, repr=False, compare=False)
 
     @property
     def log(self) -> JobLogger:
@@ -265,6 +281,26 @@ class JobContext:
         per attempt, and readable with ListJobLogs, `jobsctl logs` and the console; it also reaches the
         worker's own log. Records of the standard `logging` made inside the handler are kept too."""
         return JobLogger(self.log_sink, {"job_id": self.job_id, "kind": self.kind, "attempt": self.attempt})
+
+    def spawn(self, kind: str, payload: object = b"", **fields: object) -> JobId:
+        """Spawns a child job and returns its id at once. The child is created only if this attempt's
+        completion is accepted, in the same transaction, in this job's tenant: an attempt that fails, is
+        cancelled or loses its lease creates none of its children. `fields` are SubmitJob's (priority,
+        run_after, max_attempts, deadline, depends_on, labels, limit_keys); `depends_on` may name
+        children spawned before (a fan-in: `ctx.spawn("merge", b"", depends_on=ids)` runs once they all
+        succeeded and reads their results with `dependency_results`). At most CHILDREN_PER_PARENT_MAX
+        (1000) per job and CHILDREN_BYTES_MAX (1 MiB) together: past them, SpawnRefused. Callable from
+        every handler shape (a coroutine, a thread, a process): it only records."""
+        (job_id,) = new_job_ids(1)
+        child = spawned_job(JobId(str(job_id)), kind, payload, fields)
+        with self._spawn_lock:
+            if len(self.spawned) >= CHILDREN_PER_PARENT_MAX:
+                raise SpawnRefused(f"a job may spawn at most {CHILDREN_PER_PARENT_MAX} jobs")
+            if self._spawned_bytes + child.size > CHILDREN_BYTES_MAX:
+                raise SpawnRefused(f"a job's spawned jobs may hold at most {CHILDREN_BYTES_MAX} bytes together")
+            self.spawned.append(child)
+            self._spawned_bytes += child.size
+        return child.job_id
 
     def completed_stage(self, stage: str) -> Checkpoint | None:
         """The stage's checkpoint when an attempt (an earlier one, or this one) finished it, else None."""

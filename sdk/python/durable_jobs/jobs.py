@@ -92,6 +92,8 @@ class Job:
     waiting_reason: str
     waiting_for_key: str
     proto: jobs_pb2.Job = field(repr=False, compare=False)
+    # The job whose handler spawned this one (ctx.spawn); None for a submitted job.
+    parent_job_id: JobId | None = None
 
     @classmethod
     def from_proto(cls, job: jobs_pb2.Job) -> Job:
@@ -120,6 +122,7 @@ class Job:
             waiting_reason=job.waiting_reason,
             waiting_for_key=job.waiting_for_key,
             proto=job,
+            parent_job_id=JobId(job.parent_job_id) if job.parent_job_id else None,
         )
 
 

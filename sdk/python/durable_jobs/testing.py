@@ -5,7 +5,8 @@
 
 Receipts, checkpoints, progress and log lines are kept in memory for the context's lifetime: after
 `run_handler(handler, ctx=context_for(payload))`, `ctx.receipt_book.receipts`, `ctx.checkpoints`,
-`ctx.progress_sink.reports` and `ctx.log_sink.messages` show what the handler recorded.
+`ctx.progress_sink.reports`, `ctx.log_sink.messages` and `ctx.spawned` (the jobs it spawned) show what
+the handler recorded.
 `context_for(checkpoints={...})` stands for stages an earlier attempt finished, and
 `context_for(dependency_results={job_id: result})` for what the job's dependencies produced.
 """

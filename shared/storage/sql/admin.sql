@@ -67,7 +67,7 @@ VALUES (%(actor)s, %(action)s, %(target)s, %(reason)s, %(details)s::jsonb);
 -- A page of jobs across tenants matching the filter, newest first, after the cursor; one extra row detects more.
 SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
        finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, parent_job_id
 FROM jobs
 WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
   AND (cardinality(%(states)s::job_state[]) = 0 OR state = ANY (%(states)s::job_state[]))

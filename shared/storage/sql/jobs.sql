@@ -3,12 +3,14 @@
 
 -- name: job_insert
 -- Stores one submission in the state the use-case decided; with a reused idempotency key it inserts nothing.
-INSERT INTO jobs (tenant, kind, state, payload, priority, run_after, deadline, max_attempts, retry_budget,
-                  backoff_base_seconds, backoff_cap_seconds, idempotency_key, request_digest, input_digest,
+-- A spawned child comes with the id its worker made and its parent's; a submission with neither.
+INSERT INTO jobs (job_id, parent_job_id, tenant, kind, state, payload, priority, run_after, deadline, max_attempts,
+                  retry_budget, backoff_base_seconds, backoff_cap_seconds, idempotency_key, request_digest, input_digest,
                   resource_key, resource_version, depends_on, labels, finished_at,
                   last_error_category, last_error_message, transition_actor, transition_reason,
                   traceparent, tracestate, waits_for_manual_retry)
-VALUES (%(tenant)s, %(kind)s, %(state)s::job_state, %(payload)s, %(priority)s,
+VALUES (coalesce(%(job_id)s::uuid, jobs_new_job_id()), %(parent_job_id)s::uuid, %(tenant)s, %(kind)s,
+        %(state)s::job_state, %(payload)s, %(priority)s,
         coalesce(%(run_after)s::timestamptz, clock_timestamp()), %(deadline)s::timestamptz, %(max_attempts)s,
         %(max_attempts)s, %(backoff_base_seconds)s, %(backoff_cap_seconds)s, %(idempotency_key)s,
         %(request_digest)s, %(input_digest)s, %(resource_key)s, %(resource_version)s, %(depends_on)s::uuid[], %(labels)s::jsonb,
@@ -18,14 +20,16 @@ VALUES (%(tenant)s, %(kind)s, %(state)s::job_state, %(payload)s, %(priority)s,
 ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
           finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
+          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, parent_job_id;
 
 -- name: job_insert_many
--- Stores many plain submissions (no key, resource or dependencies) of one tenant in one statement.
-INSERT INTO jobs (job_id, tenant, kind, state, payload, priority, run_after, deadline, max_attempts, retry_budget,
-                  backoff_base_seconds, backoff_cap_seconds, labels, transition_actor, transition_reason,
-                  traceparent, tracestate)
-SELECT s.job_id, %(tenant)s, s.kind, 'pending', s.payload, s.priority, coalesce(s.run_after, clock_timestamp()),
+-- Stores many plain submissions (no key, resource or dependencies) of one tenant in one statement; spawned
+-- children name their parent.
+INSERT INTO jobs (job_id, parent_job_id, tenant, kind, state, payload, priority, run_after, deadline, max_attempts,
+                  retry_budget, backoff_base_seconds, backoff_cap_seconds, labels, transition_actor,
+                  transition_reason, traceparent, tracestate)
+SELECT s.job_id, %(parent_job_id)s::uuid, %(tenant)s, s.kind, 'pending', s.payload, s.priority,
+       coalesce(s.run_after, clock_timestamp()),
        s.deadline, s.max_attempts, s.max_attempts, s.backoff_base, s.backoff_cap, coalesce(s.labels, '{}'),
        %(actor)s, 'submitted', s.traceparent, s.tracestate
 FROM unnest(%(job_ids)b::uuid[], %(kinds)b::text[], %(payloads)b::bytea[], %(priorities)b::integer[],
@@ -39,10 +43,11 @@ RETURNING job_id, created_at, run_after, sequence;
 
 -- name: job_insert_many_ids
 -- Stores many plain submissions of one tenant in one statement, as job_insert_many, reading nothing back.
-INSERT INTO jobs (job_id, tenant, kind, state, payload, priority, run_after, deadline, max_attempts, retry_budget,
-                  backoff_base_seconds, backoff_cap_seconds, labels, transition_actor, transition_reason,
-                  traceparent, tracestate)
-SELECT s.job_id, %(tenant)s, s.kind, 'pending', s.payload, s.priority, coalesce(s.run_after, clock_timestamp()),
+INSERT INTO jobs (job_id, parent_job_id, tenant, kind, state, payload, priority, run_after, deadline, max_attempts,
+                  retry_budget, backoff_base_seconds, backoff_cap_seconds, labels, transition_actor,
+                  transition_reason, traceparent, tracestate)
+SELECT s.job_id, %(parent_job_id)s::uuid, %(tenant)s, s.kind, 'pending', s.payload, s.priority,
+       coalesce(s.run_after, clock_timestamp()),
        s.deadline, s.max_attempts, s.max_attempts, s.backoff_base, s.backoff_cap, coalesce(s.labels, '{}'),
        %(actor)s, 'submitted', s.traceparent, s.tracestate
 FROM unnest(%(job_ids)b::uuid[], %(kinds)b::text[], %(payloads)b::bytea[], %(priorities)b::integer[],
@@ -85,7 +90,7 @@ RETURNING job_id;
 -- The job an earlier submission with this key created, with the digest of that request.
 SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
        finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, request_digest
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, parent_job_id, request_digest
 FROM jobs
 WHERE tenant = %(tenant)s AND idempotency_key = %(idempotency_key)s;
 
@@ -98,7 +103,7 @@ SELECT pg_advisory_xact_lock(%(lock_key)s);
 -- else the newest that succeeded within the window. Reads jobs_dedupe_input_idx only.
 SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
        finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, parent_job_id
 FROM jobs
 WHERE tenant = %(tenant)s AND kind = %(kind)s AND input_digest = %(input_digest)s
   AND state IN ('pending', 'blocked', 'retry_wait', 'running', 'succeeded')
@@ -113,7 +118,7 @@ LIMIT 1;
 -- One job of one tenant; no row when it is absent or another tenant's.
 SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
        finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, parent_job_id
 FROM jobs
 WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid;
 
@@ -121,9 +126,26 @@ WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid;
 -- A page of one tenant's jobs, newest first, after the cursor; fetches one extra row to detect more.
 SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
        finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, parent_job_id
 FROM jobs
 WHERE tenant = %(tenant)s
+  AND (cardinality(%(states)s::job_state[]) = 0 OR state = ANY (%(states)s::job_state[]))
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(resource_key)s::text IS NULL OR resource_key = %(resource_key)s::text)
+  AND labels @> %(labels)s::jsonb
+  AND (%(after_created_at)s::timestamptz IS NULL
+       OR (created_at, job_id) < (%(after_created_at)s::timestamptz, %(after_job_id)s::uuid))
+ORDER BY created_at DESC, job_id DESC
+LIMIT %(limit)s;
+
+-- name: job_list_children
+-- A page of the jobs one job of one tenant spawned, newest first, after the cursor (jobs_parent_idx);
+-- fetches one extra row to detect more. The other filters apply as in job_list.
+SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
+       finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, parent_job_id
+FROM jobs
+WHERE parent_job_id = %(parent_job_id)s::uuid AND tenant = %(tenant)s
   AND (cardinality(%(states)s::job_state[]) = 0 OR state = ANY (%(states)s::job_state[]))
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
   AND (%(resource_key)s::text IS NULL OR resource_key = %(resource_key)s::text)
@@ -376,7 +398,8 @@ SET state = c.next_state,
     lease_owner = NULL,
     lease_expires_at = NULL,
     transition_actor = 'worker:' || %(worker_id)s,
-    transition_reason = 'released: ' || %(reason)s
+    -- A cancel ends the job as job_fail ends it: the history says `cancelled`, whichever report ended it.
+    transition_reason = CASE WHEN c.next_state = 'cancelled' THEN 'cancelled' ELSE 'released: ' || %(reason)s END
 FROM decided AS c
 WHERE j.job_id = c.job_id
 RETURNING j.job_id, j.tenant, j.kind, j.state, j.attempts, j.fencing_token;
@@ -442,7 +465,7 @@ WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid
   AND state IN ('pending', 'blocked', 'retry_wait', 'running', 'outcome_unknown')
 RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
           finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
+          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, parent_job_id;
 
 -- name: resource_head_lock_for_retry
 -- Locks the resource head of one tenant's job, before the job row as a submission of that key does, so a
@@ -487,7 +510,7 @@ SET state = %(next_state)s::job_state,
 WHERE tenant = %(tenant)s AND job_id = %(job_id)s::uuid AND state = %(expected_state)s::job_state
 RETURNING job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
           finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels;
+          resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, parent_job_id;
 
 -- name: job_count_queued
 -- How many of one tenant's jobs wait to run (pending, retry wait, blocked), counting no further than the cap.

@@ -53,7 +53,7 @@ ORDER BY c.kind, c.tenant;
 SELECT j.job_id, j.tenant, j.kind, j.state, j.attempts, j.max_attempts, j.priority, j.created_at, j.run_after,
        j.started_at, j.finished_at, j.deadline, j.last_error_category, j.last_error_message, j.cancel_requested,
        j.resource_key, j.resource_version, j.sequence, j.fencing_token, j.idempotency_key, j.depends_on, j.labels,
-       substring(j.payload FROM 1 FOR %(preview_bytes)s) AS payload_head, octet_length(j.payload) AS payload_bytes,
+       j.parent_job_id, substring(j.payload FROM 1 FOR %(preview_bytes)s) AS payload_head, octet_length(j.payload) AS payload_bytes,
        substring(r.payload FROM 1 FOR %(preview_bytes)s) AS result_head, octet_length(r.payload) AS result_bytes,
        j.lease_owner, j.lease_expires_at,
        j.state = 'outcome_unknown'
@@ -77,6 +77,15 @@ ORDER BY j.created_at, j.job_id;
 SELECT j.job_id, j.kind, j.state, false AS is_dependency
 FROM jobs AS j
 WHERE j.depends_on @> ARRAY[%(job_id)s::uuid] AND j.depends_on <> '{}'
+  AND (%(after_job_id)s::uuid IS NULL OR j.job_id > %(after_job_id)s::uuid)
+ORDER BY j.job_id
+LIMIT %(limit)s;
+
+-- name: operator_job_children_page
+-- A page of the jobs one job spawned, in job id order after the given one (jobs_parent_idx finds them).
+SELECT j.job_id, j.kind, j.state, false AS is_dependency
+FROM jobs AS j
+WHERE j.parent_job_id = %(job_id)s::uuid
   AND (%(after_job_id)s::uuid IS NULL OR j.job_id > %(after_job_id)s::uuid)
 ORDER BY j.job_id
 LIMIT %(limit)s;

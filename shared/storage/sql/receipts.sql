@@ -23,11 +23,21 @@ RETURNING job_id;
 
 -- name: receipt_confirm
 -- Records the external call's confirmation for the current attempt; no row when the lease is gone.
+-- The job row is locked FOR SHARE, as for an intent: a join would read it from the statement's snapshot,
+-- unlocked, and a confirmation could then commit after the lease sweep had ended the attempt (and a newer
+-- attempt had claimed the job) under that snapshot's nose. Locked, the row is read again once the sweep or
+-- the claim that holds it commits, and a lease that changed meanwhile takes no confirmation; a sweep that
+-- comes while the confirmation holds the row skips it until it is committed, and then sees it.
+WITH held AS (
+    SELECT job_id, attempts, fencing_token
+    FROM jobs
+    WHERE job_id = %(job_id)s::uuid AND fencing_token = %(fencing_token)s AND state = 'running'
+    FOR SHARE
+)
 UPDATE job_receipts AS r
 SET receipt = %(receipt)s, confirmed_at = clock_timestamp()
-FROM jobs AS j
-WHERE j.job_id = %(job_id)s::uuid AND j.fencing_token = %(fencing_token)s AND j.state = 'running'
-  AND r.job_id = j.job_id AND r.attempt = j.attempts AND r.fencing_token = j.fencing_token
+FROM held AS h
+WHERE r.job_id = h.job_id AND r.attempt = h.attempts AND r.fencing_token = h.fencing_token
   AND r.step = %(step)s
 RETURNING r.job_id;
 
