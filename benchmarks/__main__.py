@@ -5,7 +5,8 @@ BENCH_ONLY (comma-separated scenario names), BENCH_ADMIN_URL (a role that may cr
 BENCH_REPEAT (rounds of the work-downs and PgQueuer runs, SubmitJob and no-op pairs, shares and limits
 on and off pairs, 1; medians are reported), BENCH_IN_FLIGHT (SubmitJobs calls
 the work-down keeps in flight, and PgQueuer's producers enqueueing at once, 1), BENCH_PEER_PYTHON (the Python of
-the PgQueuer venv, .bench-venv/bin/python); the scheduling scenarios' sizes are in benchmarks/fairness.py.
+the PgQueuer venv, .bench-venv/bin/python); the scheduling scenarios' sizes are in benchmarks/fairness.py and
+benchmarks/backlogs.py.
 BENCH_SEQUENCES and BENCH_SEQUENCE_LENGTH size sequence_claim_cost (10000 and 10).
 """
 
@@ -20,7 +21,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks import admin_bulk, claim_instructions, fairness, scenarios, sequences, versus_pgqueuer
+from benchmarks import admin_bulk, backlogs, claim_instructions, fairness, scenarios, sequences, versus_pgqueuer
 from benchmarks.harness import durability_settings, fresh_database
 
 SCENARIOS = (
@@ -29,6 +30,7 @@ SCENARIOS = (
     "pickup",
     "history",
     "memory",
+    "waiting_backlogs",
     "fair_wait",
     "fair_throughput",
     "fair_claim_cost",
@@ -164,37 +166,70 @@ def main() -> int:
 
 def _scheduling(only: set[str], figures: dict[str, Any], repeat: int) -> list[tuple[str, str, str]]:
     rows = []
-    if "fair_wait" in only:
+    if "waiting_backlogs" in only:
         with contextlib.ExitStack() as databases:
             urls = {
-                f"{shape}_{label}": databases.enter_context(fresh_database(f"fair_{shape}_{label}"))
-                for shape in ("worker", "batch")
-                for label in ("solo", "flood")
+                label: databases.enter_context(fresh_database(f"waiting_{label}"))
+                for label in ("idle", *backlogs.WAITING)
             }
-            wait = asyncio.run(fairness.tenant_wait_under_flood(urls))
+            waiting = asyncio.run(backlogs.waits_beside_waiting_backlogs(urls))
+        figures.update({f"waiting_{k}": v for k, v in waiting.items()})
+        rows.append(
+            (
+                "B's wait, A's backlog idle",
+                f"p50 {waiting['idle_p50_ms']:.1f}, p99 {waiting['idle_p99_ms']:.1f} ms",
+                f"claims p50 {waiting['idle_claim_p50_ms']:.1f} ms; the sides below side by side,"
+                f" {backlogs.rounds()} turns each",
+            )
+        )
+        for label, why in (
+            ("throttled", "behind doc@1"),
+            ("paused", "of a paused kind"),
+            ("held", "behind a held key"),
+        ):
+            settled = waiting.get(f"{label}_settle_seconds")
+            rows.append(
+                (
+                    f"  {waiting['waiting_jobs']:,.0f} of A's {why}",
+                    f"p50 {waiting[f'{label}_p50_ms']:.1f}, p99 {waiting[f'{label}_p99_ms']:.1f} ms",
+                    f"{waiting[f'{label}_p50_ratio']:.2f}x, {waiting[f'{label}_p99_ratio']:.2f}x of idle"
+                    f" (target p50 <= 2x, p99 <= 3x); claims p50 {waiting[f'{label}_claim_p50_ms']:.1f} ms"
+                    + (f"; parked in {settled:.1f} s first" if settled is not None else ""),
+                )
+            )
+    if "fair_wait" in only:
+        sizes = backlogs.backlog_sizes()
+        with contextlib.ExitStack() as databases:
+            urls = {
+                label: databases.enter_context(fresh_database(f"fair_{label}"))
+                for label in ("solo", *(f"a{size}" for size in sizes))
+            }
+            wait = asyncio.run(backlogs.waits_by_backlog(urls))
         figures.update({f"fair_wait_{k}": v for k, v in wait.items()})
+        flood = f"a{100_000 if 100_000 in sizes else sizes[len(sizes) // 2]}"
         rows.append(
             (
-                f"B's p99 wait, A flooding {wait['flood_jobs']:,.0f}",
-                f"{wait['b_flood_p99_ms']:.1f} vs {wait['b_solo_p99_ms']:.1f} ms",
-                f"{wait['ratio']:.2f}x of B alone (target <= 2x); worker-shaped claimers,"
-                f" {wait['b_flood_counted']:,.0f} of B's jobs while A's backlog lasted",
+                f"B's p99 wait in claims, A's {flood[1:]} queued",
+                f"{wait[f'{flood}_p99_claims']:.0f} claim(s)",
+                f"target <= 1: the first claim that can see B's job takes it (most {wait[f'{flood}_max_claims']:.0f});"
+                f" {wait[f'{flood}_p99_ms']:.1f} ms, {wait[f'{flood}_p99_ms'] / wait[f'{flood}_claim_p50_ms']:.2f}"
+                f" of a claim's median {wait[f'{flood}_claim_p50_ms']:.1f} ms",
             )
         )
-        rows.append(
-            (
-                "  the same, batch claimers",
-                f"{wait['batch_b_flood_p99_ms']:.1f} vs {wait['batch_b_solo_p99_ms']:.1f} ms",
-                f"{wait['batch_ratio']:.2f}x (claim 50, hold 5 ms, complete 50: the first model),"
-                f" {wait['batch_b_flood_counted']:,.0f} of B's jobs",
+        for size in sizes:
+            side = {k.removeprefix(f"a{size}_"): v for k, v in wait.items() if k.startswith(f"a{size}_")}
+            rows.append(
+                (
+                    f"  B's wait, A's backlog kept at {size:,}",
+                    f"p50 {side['p50_ms']:.1f}, p99 {side['p99_ms']:.1f} ms",
+                    f"p99 {side['p99_claims']:.0f} claim(s); claims p50 {side['claim_p50_ms']:.1f} ms",
+                )
             )
-        )
         rows.append(
             (
-                "  a claim under the flood, p50",
-                f"{wait['claim_flood_p50_ms']:.1f} vs {wait['claim_solo_p50_ms']:.1f} ms",
-                f"B's p99 wait is {wait['b_flood_p99_claims']:.2f} of those claims (batch claimers:"
-                f" {wait['batch_claim_flood_p50_ms']:.1f} ms, {wait['batch_b_flood_p99_claims']:.2f})",
+                "  B's p99 wait, largest backlog against smallest",
+                f"{wait['largest_against_smallest']:.2f}x",
+                f"target <= 1.25x; B alone: p50 {wait['solo_p50_ms']:.1f}, p99 {wait['solo_p99_ms']:.1f} ms",
             )
         )
     if "fair_throughput" in only:

@@ -9,10 +9,12 @@ BENCH_FAIR_B_JOBS (1000), BENCH_FAIR_THROUGHPUT_JOBS (20000), BENCH_CLAIM_ROWS (
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import os
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,8 +68,14 @@ class Drain:
     stop: bool = False
     # How long each claim statement took, as its claimer saw it.
     claim_seconds: list[float] = field(default_factory=list)
+    # When each claim began and ended, by the wall clock submissions are stamped with; per job claimed, when
+    # the claim that took it began; per tenant, the jobs claimed.
+    claim_spans: list[tuple[float, float]] = field(default_factory=list)
+    taken_at: dict[str, float] = field(default_factory=dict)
+    claimed_of: Counter[str] = field(default_factory=Counter)
 
     async def claim(self, conn: psycopg.AsyncConnection[Any], worker_id: str, limit: int) -> list[dict[str, Any]]:
+        began_at = time.time()
         began = time.perf_counter()
         cur = await conn.execute(
             self.claim_sql,
@@ -75,7 +83,33 @@ class Drain:
         )
         claimed = await cur.fetchall()
         self.claim_seconds.append(time.perf_counter() - began)
+        self.claim_spans.append((began_at, time.time()))
+        for row in claimed:
+            self.taken_at[str(row["job_id"])] = began_at
+            self.claimed_of[row.get("tenant", "")] += 1
         return claimed
+
+    def measure_from_now(self) -> None:
+        """Forgets the claims so far (the warm-up's)."""
+        self.claim_seconds.clear()
+        self.claim_spans.clear()
+
+    def claims_waited(self, acked: dict[str, float]) -> list[int]:
+        """Per job of `acked` (its id and when its submission was acknowledged), the claim cycles it waited:
+        the claim that took it, and every claim that began after the answer and ended before that one began
+        (it could see the job and passed it over). 1 when the first claim to see the job took it, 0 when one
+        that began before the answer did. Claims racing the one that took it, which found its row locked
+        and went past it, do not count: they were not before it."""
+        spans = sorted(self.claim_spans)
+        starts = [began for began, _ in spans]
+        waited = []
+        for job_id, at in acked.items():
+            taken = self.taken_at.get(job_id)
+            if taken is None:
+                continue
+            between = spans[bisect.bisect_right(starts, at) : bisect.bisect_left(starts, taken)]
+            waited.append(int(taken > at) + sum(1 for _, ended in between if ended < taken))
+        return waited
 
     async def claimer(self, worker_id: str, total: int | None) -> None:
         async with await psycopg.AsyncConnection.connect(self.url, autocommit=True, row_factory=dict_row) as conn:
@@ -117,7 +151,8 @@ class SlotDrain(Drain):
 
         async def report() -> None:
             async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
-                while not self.finished(total) or ended:
+                # Past the end, until every job claimed has run and been reported: none is left running.
+                while not self.finished(total) or ended or free < self.batch:
                     if not ended:
                         await asyncio.sleep(0.001)
                         continue
@@ -153,11 +188,12 @@ async def insert_plain(conn: psycopg.AsyncConnection[Any], tenant: str, count: i
         )
 
 
-async def _trickle_waits(url: str, tenant: str, jobs: int, every_seconds: float) -> dict[str, list[float] | int]:
+async def trickle_waits(url: str, tenant: str, jobs: int, every_seconds: float) -> dict[str, Any]:
     """Submits `jobs` one at a time at a steady pace. Returns each one's wait from the moment its insert was
     acknowledged to its claim ("acked", what pickup latency measures too), from its insert's own timestamp
-    ("created": adds the insert's commit), and the other tenants' jobs still queued after the last one. When
-    those ran out first, only the jobs submitted before the others' last start are counted (`counted`)."""
+    ("created": adds the insert's commit), when each was acknowledged ("acked_at", by job id), and the other
+    tenants' jobs still queued after the last one. When those ran out first, only the jobs submitted before
+    the others' last start are counted (`counted`)."""
     acked: dict[str, float] = {}
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         for _ in range(jobs):
@@ -178,70 +214,18 @@ async def _trickle_waits(url: str, tenant: str, jobs: int, every_seconds: float)
         deadline = time.monotonic() + 600
         while True:
             cur = await conn.execute(_SQL["tenant_started_select"], {"tenant": tenant})
-            rows = await cur.fetchall()
+            rows = [row for row in await cur.fetchall() if row[0] in acked]
             if len(rows) == jobs or time.monotonic() > deadline:
                 counted = [row for row in rows if others_ended is None or acked[row[0]] < others_ended]
                 return {
                     # The database and this process read the same clock; a claim can beat the answer.
                     "acked": [max(started - acked[job_id], 0.0) for job_id, started, _ in counted],
                     "created": [waited for _, _, waited in counted],
+                    "acked_at": {job_id: acked[job_id] for job_id, _, _ in counted},
                     "others_left": others_left,
                     "counted": len(counted),
                 }
             await asyncio.sleep(0.05)
-
-
-async def tenant_wait_under_flood(urls: dict[str, str]) -> dict[str, float]:
-    """Tenant B's p99 wait while tenant A's flood is queued, against B alone, for each shape of claimer in
-    `urls` ("worker" and "batch", each with a "solo" and a "flood" database). The "worker" claimers are the
-    shipping worker's (SlotDrain): the ratio the goal is judged by. The "batch" claimers (Drain) claim 50,
-    hold all of them 5 ms and complete them together, as the figure was measured first: the four of them
-    fall into step, claiming together and then all holding, so a job that lands just after their claims
-    waits a whole cycle. Either way every job runs 5 ms (the handlers' run time), so the flood keeps the
-    claimers busy for the whole measurement; B submits one job every 2 ms, from WARM_UP_SECONDS after the
-    claimers start. Each side also reports its claims' median time (`claim_<side>_p50_ms`), and the flood
-    side B's p99 wait in those claims (`b_flood_p99_claims`): a job of B waits for a claim of A's work to
-    end and the next one to reach it, not behind A's backlog. On a fast machine the worker-shaped
-    claimers drain the flood before B's last submission: then only B's jobs submitted while A's backlog
-    lasted are counted (`b_flood_counted`; `flood_left` says by how much the flood outlasted B otherwise)."""
-    flood = env_int("BENCH_FLOOD_JOBS", 100_000)
-    # A thousand waits a side, so that each p99 is the tenth-longest wait, not the second.
-    b_jobs, every = env_int("BENCH_FAIR_B_JOBS", 1000), 0.002
-    results: dict[str, float] = {"flood_jobs": flood}
-    for shape, drain_class in (("worker", SlotDrain), ("batch", Drain)):
-        prefix = "" if shape == "worker" else "batch_"
-        for label in ("solo", "flood"):
-            url = urls[f"{shape}_{label}"]
-            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-                if label == "flood":
-                    await insert_plain(conn, "bench-a", flood)
-                    await conn.execute("ANALYZE jobs")
-            drain = drain_class(url, run_seconds=0.005)
-            workers = asyncio.create_task(drain.run())
-            await asyncio.sleep(WARM_UP_SECONDS)
-            drain.claim_seconds.clear()
-            waits = await _trickle_waits(url, "bench-b", b_jobs, every)
-            drain.stop = True
-            await workers
-            results[f"{prefix}claim_{label}_p50_ms"] = median(drain.claim_seconds) * 1000
-            for measure in ("acked", "created"):
-                measured = waits[measure]
-                assert isinstance(measured, list)
-                suffix = "" if measure == "acked" else "_from_created"
-                results[f"{prefix}b_{label}_p99_ms{suffix}"] = percentile(measured, 99) * 1000
-                results[f"{prefix}b_{label}_p50_ms{suffix}"] = median(measured) * 1000
-            if label == "flood":
-                results[f"{prefix}flood_left"] = float(waits["others_left"])  # type: ignore[arg-type]
-                results[f"{prefix}b_flood_counted"] = float(waits["counted"])  # type: ignore[arg-type]
-        for suffix in ("", "_from_created"):
-            results[f"{prefix}ratio{suffix}"] = results[f"{prefix}b_flood_p99_ms{suffix}"] / max(
-                results[f"{prefix}b_solo_p99_ms{suffix}"], 1e-6
-            )
-        # What B's wait under the flood is made of: a claim of A's work to end and the next to reach B's job.
-        results[f"{prefix}b_flood_p99_claims"] = results[f"{prefix}b_flood_p99_ms"] / max(
-            results[f"{prefix}claim_flood_p50_ms"], 1e-6
-        )
-    return results
 
 
 async def load_side(conn: psycopg.AsyncConnection[Any], label: str, jobs: int) -> list[str]:

@@ -81,6 +81,7 @@ def plain_insert_params(
     return {
         "tenant": tenant,
         "actor": "bench",
+        "parent_job_id": None,
         "job_ids": [str(uuid.uuid4()) for _ in range(n)],
         "kinds": [kind] * n,
         "payloads": [b"x"] * n,

@@ -8,6 +8,7 @@ behind are dropped by the next one (their pid no longer runs).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
@@ -36,10 +37,20 @@ _OWN_NAME = re.compile(rf"^{DATABASE_NAME_PREFIX}_{_HOST_TAG}_(\d+)_")
 # Measured on PostgreSQL 15 with this schema: WAL_LOG (the default) clones, uses and drops a database in
 # ~75 ms, FILE_COPY in ~140 ms; FILE_COPY's two checkpoints cost more than WAL-logging a tiny template.
 CLONE_STRATEGY = "WAL_LOG"
-# PostgreSQL 15 ends every DROP DATABASE with an immediate checkpoint: 0.1 s on a quiet server, a second
-# and more on a busy one. A test's database is dropped by a thread of its own, off the tests' path; this
-# many may wait for it before a test's teardown waits too, which bounds the disk they hold.
-DROPS_WAITING_MAX = 32
+# PostgreSQL 15 ends every DROP DATABASE with an immediate checkpoint: 0.1 s on a quiet server, 1.4 s on
+# one that six other suites share (measured: 16 drops one after another, 22 s). A test's database is
+# dropped off the tests' path by dropper threads, each on its own connection: drops that wait at the same
+# time are served by one checkpoint (the same 16 drops on 16 connections took 2.6 s), so a backlog drains
+# in a few checkpoints rather than one each. Each dropper holds a connection of the server's
+# max_connections, which the other suites share too.
+DROPPERS = 4
+# After the last test, the tests' own connections are closed: this many droppers drain what is left,
+# served by half as many checkpoints. Not more: the suites sharing the server ran it out of connections.
+DROPPERS_AT_CLOSE = 8
+# This many databases (about 9 MB each) may wait for a dropper before a test's teardown waits too, which
+# bounds the disk they hold (2.4 GB). With 32, the teardowns of a busy run waited 750 s in all; with
+# 96, two of them still reached their test's timeout while six other suites shared the server.
+DROPS_WAITING_MAX = 256
 POOL_MAX_SIZE_DEFAULT = 10
 # Lets a test find the pool's backends in pg_stat_activity (to wait until one is blocked on a lock).
 POOL_APPLICATION_NAME = "jobs-tests"
@@ -63,7 +74,7 @@ def _pid_is_running(pid: int) -> bool:
 
 class TestDatabases:
     """Creates and drops this session's databases through autocommit admin connections: one for the
-    tests, one for the thread that drops the databases they finished with."""
+    tests, one for each thread that drops the databases they finished with."""
 
     __test__ = False  # not a test class, despite the name
 
@@ -77,24 +88,37 @@ class TestDatabases:
         self._created: list[str] = []
         self._created_lock = threading.Lock()
         self._to_drop: queue.Queue[str | None] = queue.Queue(DROPS_WAITING_MAX)
-        # Opened here, so that a server that refuses it fails the session at once, not a thread.
-        self._dropper_admin = psycopg.connect(admin_url, autocommit=True)
-        self._dropper = threading.Thread(target=self._drop_in_background, name="test-database-dropper", daemon=True)
-        self._dropper.start()
+        # Opened here, so that a server that refuses them fails the session at once, not a thread.
+        self._droppers: list[tuple[threading.Thread, psycopg.Connection]] = []
+        self._add_droppers(DROPPERS)
         self.template = f"{self._prefix}_template"
+
+    def _add_droppers(self, count: int) -> None:
+        for _ in range(count):
+            admin = psycopg.connect(self._admin_url, autocommit=True)
+            dropper = threading.Thread(
+                target=self._drop_in_background,
+                args=(admin,),
+                name=f"test-database-dropper-{len(self._droppers)}",
+                daemon=True,
+            )
+            dropper.start()
+            self._droppers.append((dropper, admin))
 
     def url(self, name: str) -> str:
         return urlsplit(self._admin_url)._replace(path=f"/{name}").geturl()
 
     def drop_abandoned(self) -> None:
-        """Drops databases of earlier sessions that died before cleaning up."""
+        """Hands the droppers the databases of earlier sessions that died before cleaning up. Dropped one
+        by one in the first test's setup, the 150 a killed session left took longer than that test's
+        timeout on a busy server, and every test of the session failed with it."""
         names = self._admin.execute(
             "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{DATABASE_NAME_PREFIX}\\_%",)
         ).fetchall()
         for (name,) in names:
             match = _OWN_NAME.match(name)
             if match and not _pid_is_running(int(match[1])):
-                self.drop(name)
+                self._to_drop.put(name)
 
     def build_template(self) -> None:
         self.create(self.template, template="template0")
@@ -132,23 +156,29 @@ class TestDatabases:
         self.drop(urlsplit(url).path.lstrip("/"))
 
     def drop_url_later(self, url: str) -> None:
-        """Hands the database to the dropper thread; `close()` waits until it is gone."""
+        """Hands the database to the droppers; `close()` waits until it is gone."""
         self._to_drop.put(urlsplit(url).path.lstrip("/"))
 
-    def _drop_in_background(self) -> None:
+    def _drop_in_background(self, admin: psycopg.Connection) -> None:
         while (name := self._to_drop.get()) is not None:
             try:
-                self._drop_on(self._dropper_admin, name)
+                self._drop_on(admin, name)
             except psycopg.Error:
                 pass  # still listed as created: close() drops it again, and a failure there is seen
             finally:
                 self._to_drop.task_done()
 
     def close(self) -> None:
+        if not self._to_drop.empty():
+            # A server out of connections refuses some: the droppers already running drain the rest.
+            with contextlib.suppress(psycopg.OperationalError):
+                self._add_droppers(DROPPERS_AT_CLOSE - len(self._droppers))
         self._to_drop.join()
-        self._to_drop.put(None)
-        self._dropper.join()
-        self._dropper_admin.close()
+        for _ in self._droppers:
+            self._to_drop.put(None)
+        for dropper, admin in self._droppers:
+            dropper.join()
+            admin.close()
         for name in list(reversed(self._created)):
             self.drop(name)
         self._admin.close()
@@ -203,6 +233,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.fixture
 def database_url(test_databases: TestDatabases) -> Iterator[str]:
     """URL of a fresh database with every migration applied, dropped after the test."""
+    url = test_databases.create_clone()
+    try:
+        yield url
+    finally:
+        test_databases.drop_url_later(url)
+
+
+@pytest.fixture(scope="module")
+def module_database_url(test_databases: TestDatabases) -> Iterator[str]:
+    """URL of a fresh migrated database that every test of one module shares, dropped after its last
+    test: for tests that each make and read their own rows (see `module_service_stack`)."""
     url = test_databases.create_clone()
     try:
         yield url

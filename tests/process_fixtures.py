@@ -313,8 +313,25 @@ def service_stack(database_url: str, tmp_path: Path, request: pytest.FixtureRequ
                 print(f"\n----- {process.name} log (tail) -----\n{process.log_text()[-4000:]}")
 
 
+@pytest.fixture(scope="module")
+def module_service_stack(module_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceStack]:
+    """One process stack for every test of a module, over one database, stopped after the module's last
+    test: for tests that each submit and read their own jobs, keys and rows, so that none sees what
+    another did, and that leave the processes as they found them (no signal, kill, pause or restart).
+    A module's fixture starts the API and the workers once. A failed test's report carries the logs."""
+    stack = ServiceStack(module_database_url, tmp_path_factory.mktemp("module-stack"))
+    try:
+        yield stack
+    finally:
+        stack.close()
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     report = yield
     setattr(item, f"rep_{report.when}", report)
+    shared = getattr(item, "funcargs", {}).get("module_service_stack")
+    if report.failed and shared is not None:
+        for process in shared.processes:
+            report.sections.append((f"{process.name} log (tail)", process.log_text()[-4000:]))
     return report

@@ -122,6 +122,7 @@ CREATE FUNCTION public.jobs_claim(claim_worker text, claim_kinds text[], claim_l
     SET search_path TO 'public', 'pg_temp'
     SET plan_cache_mode TO 'force_generic_plan'
     SET enable_sort TO 'off'
+    SET enable_incremental_sort TO 'off'
     SET enable_seqscan TO 'off'
     SET jit TO 'off'
     AS $$
@@ -666,17 +667,21 @@ BEGIN
     s := ROW(claim_limit, 0, 0, false, NULL, NULL, NULL, NULL, '{}', NULL, NULL, NULL, NULL, NULL, NULL, false,
              NULL, '{}', NULL, '{}', '{}', false, '{}', NULL, NULL, NULL, NULL, NULL, false, '{}', '{}', '{}', '{}', '{}',
              '{}');
-    -- The queues, and whether any key is held by a pushback or any job parked (an index probe each).
-    SELECT array_agg(h.kind ORDER BY h.kind, h.tenant), array_agg(h.tenant ORDER BY h.kind, h.tenant),
-           array_agg(h.priority ORDER BY h.kind, h.tenant), array_agg(h.run_after ORDER BY h.kind, h.tenant),
-           max(h.priority),
-           EXISTS (SELECT 1 FROM job_key_state AS k WHERE k.held_until > clock_timestamp()),
+    -- Whether any key is held by a pushback or any job parked (an index probe each), then the queues, read
+    -- once: after the parked jobs with room are back, without what a hold keeps back. Read before the probes,
+    -- the queues would be read twice by every claim while anything is parked or held.
+    SELECT EXISTS (SELECT 1 FROM job_key_state AS k WHERE k.held_until > clock_timestamp()),
            EXISTS (SELECT 1 FROM jobs AS j WHERE j.state IN ('pending', 'retry_wait') AND j.parked_on > '')
-    INTO s.pair_kinds, s.pair_tenants, s.pair_priorities, pair_ages, s.priority, holds, parked
-    FROM jobs_claim_heads(claim_kinds) AS h;
+    INTO holds, parked;
     IF parked OR holds THEN
         SELECT r.* INTO s.pair_kinds, s.pair_tenants, s.pair_priorities, pair_ages, s.priority
         FROM jobs_claim_requeue(claim_kinds, claim_limit, holds, parked) AS r;
+    ELSE
+        SELECT array_agg(h.kind ORDER BY h.kind, h.tenant), array_agg(h.tenant ORDER BY h.kind, h.tenant),
+               array_agg(h.priority ORDER BY h.kind, h.tenant), array_agg(h.run_after ORDER BY h.kind, h.tenant),
+               max(h.priority)
+        INTO s.pair_kinds, s.pair_tenants, s.pair_priorities, pair_ages, s.priority
+        FROM jobs_claim_heads(claim_kinds) AS h;
     END IF;
     IF s.pair_kinds IS NULL THEN
         s.done := true;  -- nothing to claim now
@@ -782,6 +787,9 @@ $$;
 CREATE FUNCTION public.jobs_claim_unpark(claim_limit integer) RETURNS void
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    keys text[];
+    rooms bigint[];
 BEGIN
     WITH RECURSIVE waited_for AS (
         -- The keys jobs are parked behind: one index descent per key, however many wait behind it.
@@ -821,9 +829,16 @@ BEGIN
                             LIMIT 1) AS h
         WHERE w.key IS NOT NULL
     )
+    SELECT array_agg(rm.key), array_agg(rm.n)
+    INTO keys, rooms
+    FROM room AS rm
+    WHERE rm.n > 0;
+    IF keys IS NULL THEN
+        RETURN;
+    END IF;
     UPDATE jobs AS j
     SET parked_on = NULL
-    FROM room AS rm
+    FROM unnest(keys, rooms) AS rm(key, n)
     CROSS JOIN LATERAL (SELECT p.job_id
                         FROM jobs AS p
                         WHERE p.state IN ('pending', 'retry_wait') AND p.parked_on = rm.key
@@ -1888,7 +1903,7 @@ CREATE UNIQUE INDEX jobs_singleton_active_idx ON public.jobs USING btree (tenant
 
 CREATE INDEX jobs_tenant_created_idx ON public.jobs USING btree (tenant, created_at DESC, job_id DESC);
 
-CREATE INDEX jobs_tenant_queued_idx ON public.jobs USING hash (tenant) WHERE (state = ANY (ARRAY['pending'::public.job_state, 'retry_wait'::public.job_state, 'blocked'::public.job_state]));
+CREATE INDEX jobs_tenant_queued_idx ON public.jobs USING btree (tenant) WHERE (state = ANY (ARRAY['pending'::public.job_state, 'retry_wait'::public.job_state, 'blocked'::public.job_state]));
 
 CREATE INDEX jobs_tenant_resource_idx ON public.jobs USING btree (tenant, resource_key, resource_version DESC) WHERE (resource_key IS NOT NULL);
 

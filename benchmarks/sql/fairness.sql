@@ -39,3 +39,24 @@ INSERT INTO job_limits (key, max_running, updated_by) VALUES ('kind:echo', %(max
 -- name: succeeded_spans_select
 -- When each succeeded job started and finished, by the database's clock.
 SELECT started_at, finished_at FROM jobs WHERE state = 'succeeded';
+
+-- name: backlog_insert
+-- `count` pending jobs of `tenant` and `kind`, each carrying the submission keys `keys` with their own
+-- bounds `bounds` as a submission stores them, queued in order from now, in one statement.
+INSERT INTO jobs (tenant, kind, state, payload, max_attempts, retry_budget, run_after, limit_keys, limit_key_bounds,
+                  transition_actor, transition_reason)
+SELECT %(tenant)s, %(kind)s, 'pending', 'x', 3, 3, clock_timestamp(), %(keys)s::text[], %(bounds)s::integer[],
+       'bench', 'submitted'
+FROM generate_series(1, %(count)s);
+
+-- name: tenant_walked_count
+-- How many of `tenant`'s queued jobs the claim still walks: not parked behind a key.
+SELECT count(*) FROM jobs WHERE tenant = %(tenant)s AND state IN ('pending', 'retry_wait') AND parked_on IS NULL;
+
+-- name: jobs_secondary_indexes
+-- The indexes of `jobs` that no constraint owns, and how each is made: dropped before a bulk load and built
+-- again after it.
+SELECT i.indexname, i.indexdef
+FROM pg_indexes AS i
+WHERE i.schemaname = current_schema() AND i.tablename = 'jobs'
+  AND NOT EXISTS (SELECT 1 FROM pg_constraint AS c WHERE c.conrelid = 'jobs'::regclass AND c.conname = i.indexname);

@@ -18,10 +18,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 TEST_HANDLERS = {"JOBS_HANDLER_MODULES": "tests.handlers_for_tests", "JOBS_PROGRESS_INTERVAL_SECONDS": "0.2"}
 
 
+@pytest.fixture(scope="module")
+def service_stack(module_service_stack: ServiceStack) -> ServiceStack:
+    """One API and one worker for the module: each test submits and reads its own jobs."""
+    module_service_stack.start_api()
+    module_service_stack.start_worker("w1", **TEST_HANDLERS)
+    return module_service_stack
+
+
 @pytest.fixture
 def client(service_stack: ServiceStack):
-    service_stack.start_api()
-    service_stack.start_worker("w1", **TEST_HANDLERS)
     with Client(service_stack.api_target, tenant_token("acme"), timeout=20) as jobs:
         yield jobs
 

@@ -32,11 +32,12 @@ TEST_HANDLERS = {"JOBS_HANDLER_MODULES": "tests.handlers_for_tests"}
 SUBMIT_METHOD = "/jobs.v1.JobService/SubmitJob"
 
 
-@pytest.fixture
-def running(service_stack: ServiceStack) -> ServiceStack:
-    service_stack.start_api()
-    service_stack.start_worker("w1", **TEST_HANDLERS)
-    return service_stack
+@pytest.fixture(scope="module")
+def running(module_service_stack: ServiceStack) -> ServiceStack:
+    """One API and one worker for the module: each test submits and reads its own jobs."""
+    module_service_stack.start_api()
+    module_service_stack.start_worker("w1", **TEST_HANDLERS)
+    return module_service_stack
 
 
 @pytest.fixture

@@ -44,7 +44,9 @@
 -- - no sorts or sequential scans where an index will do: a plan made on statistics that lag the queue (a
 --   burst between two autoanalyze runs, a new tenant, a plan made while the table was nearly empty) read a
 --   tenant's whole queue and sorted it; the rows come in order from jobs_runnable_idx and the scan stops at
---   the batch. The sorts it cannot do without (the fair order over the locked rows) are made;
+--   the batch. The sorts it cannot do without (the fair order over the locked rows) are made. Incremental
+--   sorts too: over jobs_tenant_queued_idx, a B-tree on `tenant` alone since 0040, one would look cheap to
+--   such a plan and read a tenant's whole queue for its first job;
 -- - no just-in-time compilation: estimates on a long backlog could cross its threshold, 40 ms a claim.
 CREATE OR REPLACE FUNCTION jobs_claim(claim_worker text, claim_kinds text[], claim_limit integer,
                                       claim_lease_seconds double precision)
@@ -55,6 +57,7 @@ CREATE OR REPLACE FUNCTION jobs_claim(claim_worker text, claim_kinds text[], cla
     SET search_path = public, pg_temp
     SET plan_cache_mode = force_generic_plan
     SET enable_sort = off
+    SET enable_incremental_sort = off
     SET enable_seqscan = off
     SET jit = off
     AS $$
@@ -101,10 +104,16 @@ $$;
 
 -- Parked jobs back into the walk, for every key they wait for that has room now: as many of each key's as
 -- its room holds (at most four batches), first in its queue's order. The room is judged without the key's
--- lock, as a hint: a job taken back that the room under the lock turns away is parked again.
+-- lock, as a hint: a job taken back that the room under the lock turns away is parked again. The rooms are
+-- read first, and jobs updated only when one has room: while every key is full or held, which is most of
+-- the time they wait, a claim reads one row per key and writes nothing (an UPDATE of no rows would still
+-- fire the table's statement triggers).
 CREATE OR REPLACE FUNCTION jobs_claim_unpark(claim_limit integer) RETURNS void
     LANGUAGE plpgsql VOLATILE
     AS $$
+DECLARE
+    keys text[];
+    rooms bigint[];
 BEGIN
     WITH RECURSIVE waited_for AS (
         -- The keys jobs are parked behind: one index descent per key, however many wait behind it.
@@ -144,9 +153,16 @@ BEGIN
                             LIMIT 1) AS h
         WHERE w.key IS NOT NULL
     )
+    SELECT array_agg(rm.key), array_agg(rm.n)
+    INTO keys, rooms
+    FROM room AS rm
+    WHERE rm.n > 0;
+    IF keys IS NULL THEN
+        RETURN;
+    END IF;
     UPDATE jobs AS j
     SET parked_on = NULL
-    FROM room AS rm
+    FROM unnest(keys, rooms) AS rm(key, n)
     CROSS JOIN LATERAL (SELECT p.job_id
                         FROM jobs AS p
                         WHERE p.state IN ('pending', 'retry_wait') AND p.parked_on = rm.key
@@ -228,17 +244,21 @@ BEGIN
     s := ROW(claim_limit, 0, 0, false, NULL, NULL, NULL, NULL, '{}', NULL, NULL, NULL, NULL, NULL, NULL, false,
              NULL, '{}', NULL, '{}', '{}', false, '{}', NULL, NULL, NULL, NULL, NULL, false, '{}', '{}', '{}', '{}', '{}',
              '{}');
-    -- The queues, and whether any key is held by a pushback or any job parked (an index probe each).
-    SELECT array_agg(h.kind ORDER BY h.kind, h.tenant), array_agg(h.tenant ORDER BY h.kind, h.tenant),
-           array_agg(h.priority ORDER BY h.kind, h.tenant), array_agg(h.run_after ORDER BY h.kind, h.tenant),
-           max(h.priority),
-           EXISTS (SELECT 1 FROM job_key_state AS k WHERE k.held_until > clock_timestamp()),
+    -- Whether any key is held by a pushback or any job parked (an index probe each), then the queues, read
+    -- once: after the parked jobs with room are back, without what a hold keeps back. Read before the probes,
+    -- the queues would be read twice by every claim while anything is parked or held.
+    SELECT EXISTS (SELECT 1 FROM job_key_state AS k WHERE k.held_until > clock_timestamp()),
            EXISTS (SELECT 1 FROM jobs AS j WHERE j.state IN ('pending', 'retry_wait') AND j.parked_on > '')
-    INTO s.pair_kinds, s.pair_tenants, s.pair_priorities, pair_ages, s.priority, holds, parked
-    FROM jobs_claim_heads(claim_kinds) AS h;
+    INTO holds, parked;
     IF parked OR holds THEN
         SELECT r.* INTO s.pair_kinds, s.pair_tenants, s.pair_priorities, pair_ages, s.priority
         FROM jobs_claim_requeue(claim_kinds, claim_limit, holds, parked) AS r;
+    ELSE
+        SELECT array_agg(h.kind ORDER BY h.kind, h.tenant), array_agg(h.tenant ORDER BY h.kind, h.tenant),
+               array_agg(h.priority ORDER BY h.kind, h.tenant), array_agg(h.run_after ORDER BY h.kind, h.tenant),
+               max(h.priority)
+        INTO s.pair_kinds, s.pair_tenants, s.pair_priorities, pair_ages, s.priority
+        FROM jobs_claim_heads(claim_kinds) AS h;
     END IF;
     IF s.pair_kinds IS NULL THEN
         s.done := true;  -- nothing to claim now

@@ -1,5 +1,5 @@
 -- Limits by key: the keys a job carries, the token buckets of rate limits, holds on a pushed-back key, why a job waits.
--- after: 0040_sequences_singletons_debounce
+-- after: 0041_sequences_singletons_debounce
 
 -- The keys a job carries: its kind, its tenant, the keys its kind declares, and its submission's own.
 CREATE OR REPLACE FUNCTION jobs_effective_keys(tenant text, kind text, kind_keys text[], own_keys text[]) RETURNS text[]

@@ -1,4 +1,4 @@
--- Sequences: one job of a key at a time, in acceptance order (migration 0040, docs/SEQUENCES.md).
+-- Sequences: one job of a key at a time, in acceptance order (migration 0041, docs/SEQUENCES.md).
 -- after: 0038_job_logs
 --
 -- Who waits for whom. Submissions to a sequence, and jobs of it reopened by a retry, take the sequence's

@@ -21,7 +21,7 @@ WITH exporter AS (
                AS oldest_wait_seconds
     FROM (
         -- Waiting jobs in two parts, one per partial index: those a claim walks and those parked behind a
-        -- key without room (migration 0036) or waiting for their turn in a sequence (parked on '', 0040),
+        -- key without room (migration 0036) or waiting for their turn in a sequence (parked on '', 0041),
         -- which wait by design, as blocked jobs do: they count as pending, not in the oldest wait.
         SELECT tenant, kind, state, run_after FROM jobs WHERE state IN ('pending', 'retry_wait') AND parked_on IS NULL
         UNION ALL

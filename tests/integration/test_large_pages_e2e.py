@@ -1,4 +1,4 @@
-"""Pages bounded by bytes as well as by count, through the real API and a client with gRPC's default
+"""Pages bounded by bytes as well as by count, through the API (in this process) and a client with gRPC's default
 4 MiB receive limit: a page of 500 jobs with large labels, of 500 long history events, or of schedules
 whose templates carry large payloads, once made a message no client could read."""
 

@@ -1,4 +1,4 @@
-"""Results that together pass gRPC's 4 MiB message, through the real API and worker processes: completions
+"""Results that together pass gRPC's 4 MiB message, through the API and the worker (in this process): completions
 finishing together are sent in calls split by size, a single result over the maximum fails its attempt
 PERMANENT naming the limit (and is never run again), and a delivery set whose results add up past 4 MiB
 is read a page at a time."""
