@@ -278,13 +278,17 @@ def list_filter_from_proto(request: jobs_pb2.ListJobsRequest) -> ListFilter:
         resource_key=request.resource_key or None,
         labels=dict(request.labels),
         parent_job_id=JobId(request.parent_job_id) if request.parent_job_id else None,
+        sequence_key=request.sequence_key or None,
     )
 
 
 def encode_page_token(cursor: PageCursor | None) -> str:
     if cursor is None:
         return ""
-    raw = json.dumps({"c": cursor.created_at.isoformat(), "j": cursor.job_id}, separators=(",", ":"))
+    fields: dict[str, object] = {"c": cursor.created_at.isoformat(), "j": cursor.job_id}
+    if cursor.sequence_place is not None:
+        fields["s"] = list(cursor.sequence_place)
+    raw = json.dumps(fields, separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
@@ -298,9 +302,15 @@ def decode_page_token(token: str) -> PageCursor | None:
         job_id = str(uuid.UUID(raw["j"]))
         if created_at.tzinfo is None:
             raise ValueError("naive timestamp")
+        place = None
+        if "s" in raw:
+            waiting, position = raw["s"]
+            if not isinstance(waiting, bool) or not isinstance(position, int) or isinstance(position, bool):
+                raise ValueError("malformed sequence place")
+            place = (waiting, position)
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         raise InvalidArgument(FieldViolation("page_token", "is not a token from a previous page")) from None
-    return PageCursor(created_at, JobId(job_id))
+    return PageCursor(created_at, JobId(job_id), place)
 
 
 def event_to_proto(event: JobEvent) -> jobs_pb2.JobEvent:

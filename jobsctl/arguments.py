@@ -362,7 +362,7 @@ def _add_submit_batch(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def _add_list(command: Callable[..., argparse.ArgumentParser]) -> None:
-    listing = command("list", help="list jobs, newest first")
+    listing = command("list", help="list jobs, newest first (with --sequence, in the sequence's order)")
     listing.add_argument(
         "--state",
         action="append",
@@ -374,6 +374,12 @@ def _add_list(command: Callable[..., argparse.ArgumentParser]) -> None:
     listing.add_argument("--resource-key", default="", metavar="K")
     listing.add_argument(
         "--parent", default="", metavar="JOB_ID", help="only the jobs this job's handler spawned (its children)"
+    )
+    listing.add_argument(
+        "--sequence",
+        default="",
+        metavar="KEY",
+        help="only the jobs still holding this sequence (--sequence-key), its head first, in the order they run",
     )
     listing.add_argument("--label", action="append", default=[], metavar="K=V", help="repeatable; all must match")
     listing.add_argument("--page-size", type=int, default=0, metavar="N", help="1 to 500 (server default 50)")
@@ -494,6 +500,7 @@ def list_request(args: argparse.Namespace) -> jobs_pb2.ListJobsRequest:
         kind=args.kind,
         resource_key=args.resource_key,
         parent_job_id=args.parent,
+        sequence_key=args.sequence,
         labels=parse_labels(args.label),
         page_size=args.page_size,
         page_token=args.page_token,

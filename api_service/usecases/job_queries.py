@@ -108,6 +108,12 @@ class JobQueries:
             check_text(violations, f"labels[{key[:64]!r}]", key + value, 512)
         if filters.parent_job_id is not None and not is_job_id(filters.parent_job_id):
             violations.add("parent_job_id", "must be a job id")
+        if filters.sequence_key is not None:
+            check_text(violations, "sequence_key", filters.sequence_key, SubmissionLimits().max_job_key_chars)
+            if after is not None and after.sequence_place is None:
+                violations.add("page_token", "is from a listing without sequence_key: pass the same filters")
+        elif after is not None and after.sequence_place is not None:
+            violations.add("page_token", "is from a listing with sequence_key: pass the same filters")
         violations.raise_if_any()
         async with self._db.transaction(tenant) as conn:
             return await job_store.list_jobs(conn, tenant, filters, after, page_size or PAGE_SIZE_DEFAULT)

@@ -310,6 +310,8 @@ class ListFilter:
     labels: dict[str, str] = field(default_factory=dict)
     # Only the jobs this job spawned (ListJobs(parent_job_id=…)).
     parent_job_id: JobId | None = None
+    # Only the jobs still holding this sequence of the tenant's, in its order (ListJobs(sequence_key=…)).
+    sequence_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -318,6 +320,9 @@ class PageCursor:
 
     created_at: datetime
     job_id: JobId
+    # In a sequence's listing (its order, not newest first): whether the last job was waiting behind the
+    # head, and its place in the sequence.
+    sequence_place: tuple[bool, int] | None = None
 
 
 @dataclass(frozen=True)

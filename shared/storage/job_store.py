@@ -6,7 +6,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from psycopg import AsyncCursor
@@ -471,21 +471,60 @@ async def get_job(conn: Connection, tenant: TenantId, job_id: JobId) -> Job | No
 async def list_jobs(
     conn: Connection, tenant: TenantId, filters: ListFilter, after: PageCursor | None, page_size: int
 ) -> JobPage:
+    """A page of the tenant's jobs, newest first; with `filters.sequence_key`, the jobs still holding that
+    sequence in its order (head first), with the cursor's sequence_place after the page's last."""
+    if filters.sequence_key is not None:
+        rows = await _sequence_rows(conn, tenant, filters, after.sequence_place if after else None, page_size + 1)
+        page = job_page([job_from_row(row) for row in rows], page_size)
+        if page.next_cursor is None:
+            return page
+        last = rows[len(page.jobs) - 1]
+        return JobPage(
+            page.jobs, replace(page.next_cursor, sequence_place=(last["waiting"], last["sequence_position"]))
+        )
     cur = await conn.execute(
         queries.JOB_LIST_CHILDREN if filters.parent_job_id else queries.JOB_LIST,
         {
             "tenant": tenant,
             "parent_job_id": filters.parent_job_id,
-            "states": [s.value for s in filters.states],
-            "kind": filters.kind,
-            "resource_key": filters.resource_key,
-            "labels": Jsonb(filters.labels),
+            **_list_filter_params(filters),
             "after_created_at": after.created_at if after else None,
             "after_job_id": after.job_id if after else None,
             "limit": page_size + 1,
         },
     )
     return job_page([job_from_row(row) for row in await cur.fetchall()], page_size)
+
+
+async def sequence_rows(conn: Connection, tenant: TenantId, sequence_key: str, *, limit: int) -> list[dict[str, Any]]:
+    """Up to `limit` of the jobs still holding one tenant's sequence, its head first (as job rows)."""
+    return await _sequence_rows(conn, tenant, ListFilter(sequence_key=sequence_key), None, limit)
+
+
+async def _sequence_rows(
+    conn: Connection, tenant: TenantId, filters: ListFilter, after: tuple[bool, int] | None, limit: int
+) -> list[dict[str, Any]]:
+    cur = await conn.execute(
+        queries.JOB_LIST_SEQUENCE,
+        {
+            "tenant": tenant,
+            "sequence_key": filters.sequence_key,
+            **_list_filter_params(filters),
+            "after_waiting": after[0] if after else None,
+            "after_position": after[1] if after else None,
+            "limit": limit,
+        },
+    )
+    return list(await cur.fetchall())
+
+
+def _list_filter_params(filters: ListFilter) -> dict[str, Any]:
+    return {
+        "states": [s.value for s in filters.states],
+        "kind": filters.kind,
+        "resource_key": filters.resource_key,
+        "labels": Jsonb(filters.labels),
+    }
 
 
 async def get_result(conn: Connection, tenant: TenantId, job_id: JobId) -> tuple[JobState, JobResult | None] | None:

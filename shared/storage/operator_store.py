@@ -8,9 +8,8 @@ from typing import Any
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import JobState
 from shared.domain.operator_views import JobDetail, Preview, QueueLine, Relative
-from shared.storage import queries
+from shared.storage import job_store, queries
 from shared.storage.database import Connection
-from shared.storage.job_store import job_from_row
 
 
 async def queue_overview(conn: Connection, *, failed_window_seconds: float) -> list[QueueLine]:
@@ -28,7 +27,7 @@ async def get_job_detail(conn: Connection, job_id: JobId, *, preview_bytes: int)
     if row["result_head"] is not None:
         result = Preview(bytes(row["result_head"]), row["result_bytes"])
     return JobDetail(
-        job=job_from_row(row),
+        job=job_store.job_from_row(row),
         payload=Preview(bytes(row["payload_head"]), row["payload_bytes"]),
         result=result,
         lease_owner=row["lease_owner"],
@@ -49,10 +48,8 @@ async def dependencies(conn: Connection, depends_on: tuple[JobId, ...]) -> list[
 
 async def sequence_queue(conn: Connection, tenant: TenantId, sequence_key: str, *, limit: int) -> list[Relative]:
     """Up to `limit` of the jobs still holding a tenant's sequence, its head first."""
-    cur = await conn.execute(
-        queries.OPERATOR_SEQUENCE_QUEUE, {"tenant": tenant, "sequence_key": sequence_key, "limit": limit}
-    )
-    return [_relative(r) for r in await cur.fetchall()]
+    rows = await job_store.sequence_rows(conn, tenant, sequence_key, limit=limit)
+    return [Relative(JobId(str(r["job_id"])), r["kind"], JobState(r["state"]), False) for r in rows]
 
 
 async def dependents_page(conn: Connection, job_id: JobId, *, after: JobId | None, limit: int) -> list[Relative]:

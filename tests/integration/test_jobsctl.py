@@ -223,3 +223,21 @@ def test_a_parents_children_are_listed_and_each_shows_its_parent(service_stack: 
     shown = jobsctl(api, "get", spawned["fan_in"]).text.splitlines()
     assert [line.split() for line in shown if line.startswith("parent_job_id")] == [["parent_job_id", parent]]
     assert jobsctl(api, "list", "--parent", parent, tenant="globex").text.splitlines()[1:] == []
+
+
+def test_a_sequences_queue_is_listed_head_first_a_page_at_a_time(api: str) -> None:
+    submitted = [jobsctl(api, "submit", "echo", "--sequence-key", "doc-7").text.strip() for _ in range(3)]
+    jobsctl(api, "submit", "echo", "--sequence-key", "doc-7", tenant="globex")
+
+    listed = jobsctl(api, "list", "--sequence", "doc-7")
+    assert listed.code == 0, listed.stderr
+    assert [line.split()[0] for line in listed.text.splitlines()[1:]] == submitted
+    first = jobsctl(api, "list", "--sequence", "doc-7", "--page-size", "2")
+    token = first.stderr.split("--page-token ")[1].strip()
+    rest = jobsctl(api, "list", "--sequence", "doc-7", "--page-size", "2", "--page-token", token)
+    pages = first.text.splitlines()[1:] + rest.text.splitlines()[1:]
+    assert [line.split()[0] for line in pages] == submitted and "--page-token" not in rest.stderr
+    assert jobsctl(api, "list", "--sequence", "no-such-sequence").text.splitlines()[1:] == []
+
+    refused = jobsctl(api, "list", "--sequence", "k" * 257)
+    assert refused.code == 2 and "sequence_key: must be at most 256 characters" in refused.stderr

@@ -215,6 +215,43 @@ WHERE parent_job_id = %(parent_job_id)s::uuid AND tenant = %(tenant)s
 ORDER BY created_at DESC, job_id DESC
 LIMIT %(limit)s;
 
+-- name: job_list_sequence
+-- A page of the jobs still holding one tenant's sequence, in its order, after the cursor: its head (the job
+-- not waiting on '', at most one), then the jobs waiting behind it in acceptance order (a retried job, which
+-- waits behind the head, before the ones accepted after it: as jobs_sequence_release_next takes them).
+-- Each branch walks jobs_sequence_live_idx in position order; fetches one extra row to detect more. The
+-- other filters apply as in job_list. Also the console's view of a job's sequence.
+WITH live AS NOT MATERIALIZED (
+    SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
+           finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
+           resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, parent_job_id,
+           sequence_key, singleton_key, debounce_key,
+           parked_on IS NOT DISTINCT FROM '' AS waiting, sequence_position
+    FROM jobs
+    WHERE tenant = %(tenant)s AND sequence_key = %(sequence_key)s
+      AND state NOT IN ('succeeded', 'cancelled', 'superseded')
+      AND (cardinality(%(states)s::job_state[]) = 0 OR state = ANY (%(states)s::job_state[]))
+      AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+      AND (%(resource_key)s::text IS NULL OR resource_key = %(resource_key)s::text)
+      AND labels @> %(labels)s::jsonb
+)
+SELECT page.*
+FROM ((SELECT * FROM live
+       WHERE NOT waiting
+         AND (%(after_waiting)s::boolean IS NULL
+              OR (NOT %(after_waiting)s::boolean AND sequence_position > %(after_position)s::bigint))
+       ORDER BY sequence_position
+       LIMIT 1)
+      UNION ALL
+      (SELECT * FROM live
+       WHERE waiting
+         AND (%(after_waiting)s::boolean IS NULL OR NOT %(after_waiting)s::boolean
+              OR sequence_position > %(after_position)s::bigint)
+       ORDER BY sequence_position
+       LIMIT %(limit)s)) AS page
+ORDER BY page.waiting, page.sequence_position
+LIMIT %(limit)s;
+
 -- name: job_claim_batch
 -- Claims up to `limit` runnable jobs of the given kinds under new leases, raising each fencing token, in
 -- fair order (priority, tenant share, age); paused kinds and full keys are passed over (jobs_claim in

@@ -82,15 +82,6 @@ WHERE j.depends_on @> ARRAY[%(job_id)s::uuid] AND j.depends_on <> '{}'
 ORDER BY j.job_id
 LIMIT %(limit)s;
 
--- name: operator_sequence_queue
--- The jobs still holding one tenant's sequence, its head first, in acceptance order; one extra row detects more.
-SELECT j.job_id, j.kind, j.state, false AS is_dependency
-FROM jobs AS j
-WHERE j.tenant = %(tenant)s AND j.sequence_key = %(sequence_key)s
-  AND j.state NOT IN ('succeeded', 'cancelled', 'superseded')
-ORDER BY j.sequence_position
-LIMIT %(limit)s;
-
 -- name: operator_job_children_page
 -- A page of the jobs one job spawned, in job id order after the given one (jobs_parent_idx finds them).
 SELECT j.job_id, j.kind, j.state, false AS is_dependency

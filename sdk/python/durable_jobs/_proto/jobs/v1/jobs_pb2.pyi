@@ -340,7 +340,7 @@ class GetLatestResultResponse(_message.Message):
     def __init__(self, resource_key: _Optional[str] = ..., resource_version: _Optional[int] = ..., result: _Optional[_Union[JobResult, _Mapping]] = ..., job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("states", "kind", "resource_key", "labels", "page_size", "page_token", "parent_job_id")
+    __slots__ = ("states", "kind", "resource_key", "labels", "page_size", "page_token", "parent_job_id", "sequence_key")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -355,6 +355,7 @@ class ListJobsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     PARENT_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_KEY_FIELD_NUMBER: _ClassVar[int]
     states: _containers.RepeatedScalarFieldContainer[JobState]
     kind: str
     resource_key: str
@@ -362,7 +363,8 @@ class ListJobsRequest(_message.Message):
     page_size: int
     page_token: str
     parent_job_id: str
-    def __init__(self, states: _Optional[_Iterable[_Union[JobState, str]]] = ..., kind: _Optional[str] = ..., resource_key: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., parent_job_id: _Optional[str] = ...) -> None: ...
+    sequence_key: str
+    def __init__(self, states: _Optional[_Iterable[_Union[JobState, str]]] = ..., kind: _Optional[str] = ..., resource_key: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., parent_job_id: _Optional[str] = ..., sequence_key: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")
