@@ -203,7 +203,8 @@ LIMIT %(limit)s;
 -- fetches one extra row to detect more. The other filters apply as in job_list.
 SELECT job_id, tenant, kind, state, attempts, max_attempts, priority, created_at, run_after, started_at,
        finished_at, deadline, last_error_category, last_error_message, cancel_requested, resource_key,
-       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, parent_job_id
+       resource_version, sequence, fencing_token, idempotency_key, depends_on, labels, parent_job_id,
+       sequence_key, singleton_key, debounce_key
 FROM jobs
 WHERE parent_job_id = %(parent_job_id)s::uuid AND tenant = %(tenant)s
   AND (cardinality(%(states)s::job_state[]) = 0 OR state = ANY (%(states)s::job_state[]))
