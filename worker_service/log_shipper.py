@@ -56,6 +56,8 @@ class LogShipper:
         # Written from handlers' threads as well as the loop.
         self._lock = threading.Lock()
         self._pending: dict[JobId, tuple[LeaseRef, list[tuple[int, LogLine]]]] = {}
+        # Jobs being released: their lines wait for take() and travel with the release, one call.
+        self._held: set[JobId] = set()
         self._ready = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         # Held while a periodic send is under way: an attempt's last lines wait for it, since lines it
@@ -82,7 +84,8 @@ class LogShipper:
             self._ready.clear()
             async with self._sending:
                 with self._lock:
-                    batch, self._pending = list(self._pending.values()), {}
+                    batch = [p for job_id, p in self._pending.items() if job_id not in self._held]
+                    self._pending = {job_id: p for job_id, p in self._pending.items() if job_id in self._held}
                 await self._send(batch)
             await asyncio.sleep(self._interval)
 
@@ -94,12 +97,19 @@ class LogShipper:
             if pending is not None:
                 await self._send([pending])
 
+    def hold(self, job_id: JobId) -> None:
+        """The job is to be released: its lines stay unsent until take(), so that they go with the release
+        rather than in a periodic call of their own."""
+        with self._lock:
+            self._held.add(job_id)
+
     async def take(self, job_id: JobId) -> tuple[tuple[int, LogLine], ...]:
         """The job's unsent lines, no longer pending: they travel with the attempt's release. Lines past
         what one call may carry (only an attempt that logged its whole bound in one interval) go first."""
         async with self._sending:
             with self._lock:
                 pending = self._pending.pop(job_id, None)
+                self._held.discard(job_id)
             if pending is None:
                 return ()
             lease, lines = pending
@@ -110,6 +120,7 @@ class LogShipper:
     def forget(self, job_id: JobId) -> None:
         with self._lock:
             self._pending.pop(job_id, None)
+            self._held.discard(job_id)
 
     async def _send(self, batch: list[tuple[LeaseRef, list[tuple[int, LogLine]]]]) -> None:
         chunk: list[AttemptLog] = []

@@ -562,6 +562,8 @@ class Worker:
         if active.reporting or active.stop_reason is not None or active.task is None:
             return
         active.stop_reason = reason
+        if reason in _RELEASED_ON_STOP:
+            self._logs.hold(active.claimed.job_id)
         active.span.stopped(reason.value)
         active.context.stop_requested.set()
         active.task.cancel()
