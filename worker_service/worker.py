@@ -116,6 +116,10 @@ class ActiveJob:
     # the claim or heartbeat answer that set it, so it is never earlier than the database's expiry.
     lease_deadline: float
     task: asyncio.Task[None] | None = None
+    # The runner has begun. A task cancelled before its first step never runs its body, cleanup and
+    # report included: a stop that comes sooner (a replica thawed with a claim and a refused heartbeat in
+    # one turn of the loop) is left for the runner to find.
+    started: bool = False
     stop_reason: StopReason | None = None
     # Once the handler returned, the report goes out whatever the heartbeats say: fencing decides.
     reporting: bool = False
@@ -361,6 +365,7 @@ class Worker:
         active.task = asyncio.create_task(self._run(active), name=f"job-{job.job_id}")
 
     async def _run(self, active: ActiveJob) -> None:
+        active.started = True
         try:
             with self._tracer.attempt(active.claimed) as active.span:
                 # Observed inside the attempt's span, so the observation can name its trace.
@@ -378,6 +383,10 @@ class Worker:
 
     async def _execute_and_report(self, active: ActiveJob) -> None:
         job = active.claimed
+        stopped_before = active.stop_reason
+        if stopped_before is not None:  # stopped before it began: the handler never runs
+            await self._after_stop(active, stopped_before)
+            return
         spec = self._registry.get(job.kind)
         started = time.monotonic()
         hint: RetryHint | None = None
@@ -566,7 +575,8 @@ class Worker:
             self._logs.hold(active.claimed.job_id)
         active.span.stopped(reason.value)
         active.context.stop_requested.set()
-        active.task.cancel()
+        if active.started:
+            active.task.cancel()
 
     async def _keep_leases(self) -> None:
         """Extends every held lease in one Heartbeat call per interval (sooner when a stop was
