@@ -7,6 +7,7 @@ import logging
 
 from grpc_health.v1 import health, health_pb2
 
+from shared.pause import pause
 from shared.storage.database import Database
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class HealthMonitor:
                 await self._set(False, logging.INFO, "database reachable; the built-in job kinds not published yet")
             else:
                 await self._set(True, logging.INFO, "database reachable")
-            await asyncio.sleep(self._interval)
+            await pause(self._interval)
 
     async def _set(self, serving: bool, level: int, why: str) -> None:
         if serving == self._serving:

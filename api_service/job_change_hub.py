@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 from shared.domain.errors import JobsError
 from shared.domain.ids import JobId
+from shared.pause import pause
 from shared.storage.database import Database
 from shared.storage.notifications import CHANGED_CHANNEL, LISTENING, listen, register_change_watcher
 
@@ -93,7 +94,7 @@ class JobChangeHub:
 
     async def _keep_registered(self) -> None:
         while True:
-            await asyncio.sleep(self._renew_seconds / 2)
+            await pause(self._renew_seconds / 2)
             if self._subscribers:
                 await self._ensure_registered()
 
@@ -124,7 +125,7 @@ class JobChangeHub:
             except JobsError as exc:
                 log.warning("job change listener lost its connection: %s", exc.message)
             self._wake_all()
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            await pause(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, RECONNECT_MAX_SECONDS)
 
     def _wake(self, job_id: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -15,6 +14,7 @@ from jobs.v1 import admin_pb2, jobs_pb2, worker_pb2
 from shared.domain.errors import JobsError
 from shared.domain.jobs import ReportOutcome, SubmitOutcome
 from shared.metric_labels import TENANT_LIMIT_DEFAULT, TenantLabeler
+from shared.pause import pause
 from shared.pool_metrics import PoolStatsCollector
 from shared.process_metrics import register_process_metrics
 
@@ -235,4 +235,4 @@ async def keep_arrival_series(
             submissions.know(tenants(), await kinds())
         except JobsError as exc:
             log.warning("could not read the published kinds for the arrival series: %s", exc.message)
-        await asyncio.sleep(interval_seconds)
+        await pause(interval_seconds)

@@ -14,7 +14,6 @@ exporter's first one appears. Replicas must run with the same refresh interval.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import defaultdict
@@ -27,6 +26,7 @@ from prometheus_client.registry import Collector
 from shared.domain.errors import JobsError
 from shared.domain.jobs import JobState
 from shared.metric_labels import OTHER_TENANT_LABEL, top_tenants
+from shared.pause import pause
 from shared.storage.queue_stats import ExporterSession, LimitRow, QueueRow
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ class QueueGaugeRefresher:
                     await self.refresh_once()
                 except Exception:  # noqa: BLE001 - a bug here must not end the gauges for good
                     log.exception("queue gauge refresh failed")
-                await asyncio.sleep(self._interval)
+                await pause(self._interval)
         finally:
             self._collector.withdraw()
             await self._session.close()

@@ -43,6 +43,7 @@ from jobs.v1 import admin_pb2, admin_pb2_grpc, jobs_pb2, jobs_pb2_grpc, worker_p
 from shared.domain.errors import JobsError
 from shared.env_settings import SettingsError, split_host_port
 from shared.handlers.builtin import builtin_policies
+from shared.pause import pause
 from shared.storage import kind_store
 from shared.storage.database import Database, PoolSettings
 from shared.storage.queue_stats import ExporterSession
@@ -73,7 +74,7 @@ async def _publish_builtin_kinds(db: Database, published: asyncio.Event) -> None
             return
         except JobsError as exc:
             log.warning("could not publish the built-in job kinds yet: %s", exc.message)
-        await asyncio.sleep(delay)
+        await pause(delay)
         delay = min(delay * 2, BUILTIN_PUBLISH_RETRY_SECONDS_MAX)
 
 

@@ -11,9 +11,12 @@ pauses, start-up, drain, the entry points) keeps the processes.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import os
+import sys
 import threading
+import traceback
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -110,10 +113,24 @@ class ServiceThread:
         for name in SERVICE_LOGGERS:
             logging.getLogger(name).removeHandler(self._log)
         if self._thread.is_alive():
-            pytest.fail(f"{self.name} did not stop within {timeout}s")
+            pytest.fail(f"{self.name} did not stop within {timeout}s; where it waits:\n{self._where_it_waits()}")
         if self.error is not None:
             raise AssertionError(f"{self.name} failed: {self.error!r}") from self.error
         return 0
+
+    def _where_it_waits(self) -> str:
+        """The thread's stack and every task still pending on its loop, as a hung process's dump would show."""
+        frame = sys._current_frames().get(self._thread.ident or 0)
+        parts = [
+            f"stop event set: {self._stop is not None and self._stop.is_set()}",
+            "".join(traceback.format_stack(frame)) if frame is not None else "(no frame)",
+        ]
+        if self._loop is not None:
+            for task in asyncio.all_tasks(self._loop):
+                text = io.StringIO()
+                task.print_stack(file=text)
+                parts.append(text.getvalue())
+        return "\n".join(parts)
 
 
 class InProcessStack(ServiceStack):

@@ -29,6 +29,7 @@ from shared.domain.jobs import (
     ReportOutcome,
 )
 from shared.domain.results import RESULT_LIMIT_BYTES_DEFAULT
+from shared.pause import pause
 from worker_service import convert
 from worker_service.transport_security import ClientTlsFiles
 
@@ -101,7 +102,7 @@ class ApiClient:
                 self.reachable.clear()
                 if time.monotonic() + delay > deadline:
                     raise ApiUnreachable(f"{code.name}: {error.details()}") from None
-                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                await pause(delay * random.uniform(0.5, 1.0))
                 delay = min(delay * 2, RETRY_DELAY_MAX_SECONDS)
 
     async def heartbeat(

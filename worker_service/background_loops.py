@@ -3,7 +3,6 @@ rate keys' charges, retention."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 
 from shared.domain.errors import JobsError
 from shared.domain.ids import JobId
+from shared.pause import pause
 from shared.storage import lease_store, scheduling_store
 from shared.storage.connection_watchdog import SilenceWatch
 from shared.storage.database import Database
@@ -49,7 +49,7 @@ async def listen_for_work(
                     wake()
         except JobsError as exc:
             log.warning("wake-up listener lost its connection: %s", exc.message)
-        await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        await pause(delay * random.uniform(0.5, 1.0))
         delay = min(delay * 2, LISTEN_RETRY_MAX_SECONDS)
 
 
@@ -98,7 +98,7 @@ async def rescue_leases(
     while True:
         for sweep in sweeps:
             await _sweep_once(db, metrics, sweep, batch_limit)
-        await asyncio.sleep(interval_seconds * random.uniform(0.8, 1.2))
+        await pause(interval_seconds * random.uniform(0.8, 1.2))
 
 
 async def _sweep_once(db: Database, metrics: WorkerMetrics, sweep: _Sweep, batch_limit: int) -> None:
@@ -147,7 +147,7 @@ async def fold_key_charges(db: Database, interval_seconds: float) -> None:
                     await scheduling_store.fold_key_charges(conn, key)
         except JobsError as exc:
             log.warning("folding rate keys' charges failed: %s", exc.message)
-        await asyncio.sleep(interval_seconds * random.uniform(0.8, 1.2))
+        await pause(interval_seconds * random.uniform(0.8, 1.2))
 
 
 async def tend_running_tallies(db: Database, metrics: WorkerMetrics, interval_seconds: float) -> None:
@@ -164,7 +164,7 @@ async def tend_running_tallies(db: Database, metrics: WorkerMetrics, interval_se
                 metrics.tally_corrections.inc(len(corrected))
         except JobsError as exc:
             log.warning("tending the running tallies failed: %s", exc.message)
-        await asyncio.sleep(interval_seconds * random.uniform(0.8, 1.2))
+        await pause(interval_seconds * random.uniform(0.8, 1.2))
 
 
 async def apply_retention(db: Database, retention_seconds: float, interval_seconds: float) -> None:
@@ -182,4 +182,4 @@ async def apply_retention(db: Database, retention_seconds: float, interval_secon
                     log.info("retention deleted %d finished jobs", deleted, extra={"count": deleted})
         except JobsError as exc:
             log.warning("retention sweep failed: %s", exc.message)
-        await asyncio.sleep(interval_seconds * random.uniform(0.8, 1.2))
+        await pause(interval_seconds * random.uniform(0.8, 1.2))

@@ -127,7 +127,8 @@ class CompletionBatcher:
         if remaining <= 0:
             return None
         try:
-            return await asyncio.wait_for(self._queue.get(), remaining)
+            async with asyncio.timeout(remaining):  # not wait_for, which may drop a cancel on 3.11
+                return await self._queue.get()
         except TimeoutError:
             return None
 

@@ -10,7 +10,6 @@ The listener runs in threads of its own, so it answers (with the bad news) while
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -20,6 +19,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
+
+from shared.pause import pause
 
 LOOP_TICK_SECONDS = 0.5
 LIVENESS_STALL_SECONDS_DEFAULT = 10.0
@@ -62,7 +63,7 @@ class WorkerHealth:
                     self.not_ready = "API unreachable"
                 else:
                     self.not_ready = ""
-            await asyncio.sleep(LOOP_TICK_SECONDS)
+            await pause(LOOP_TICK_SECONDS)
 
 
 class _QuietHandler(WSGIRequestHandler):

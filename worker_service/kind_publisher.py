@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from datetime import datetime
 
 from durable_jobs.handlers import HandlerRegistry
 from shared.domain.errors import DeadlineExceeded, JobsError, Unavailable
+from shared.pause import pause, wait_at_most
 from shared.storage import kind_store
 from shared.storage.database import Database
 from worker_service.metrics import WorkerMetrics
@@ -66,16 +66,14 @@ class KindPublisher:
                 return True
             except (Unavailable, DeadlineExceeded) as exc:
                 log.warning("publishing job kinds failed: %s; trying again in %.1fs", exc.message, delay)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay * random.uniform(0.5, 1.0))
-            if stop.is_set():
+            if await wait_at_most(stop, delay * random.uniform(0.5, 1.0)):
                 return False
             delay = min(delay * 2, FIRST_RETRY_SECONDS_MAX)
 
     async def keep_published(self) -> None:
         """Refreshes the publication, so the API and the conflict check see this replica as live."""
         while True:
-            await asyncio.sleep(self.interval_seconds * random.uniform(0.8, 1.2))
+            await pause(self.interval_seconds * random.uniform(0.8, 1.2))
             try:
                 await self.publish()
             except JobsError as exc:

@@ -14,6 +14,7 @@ from durable_jobs.logs import BoundedLog, LogLine
 from shared.domain.ids import JobId
 from shared.domain.job_logs import LOG_LINES_PER_CALL_MAX, AttemptLog
 from shared.domain.jobs import LeaseRef
+from shared.pause import pause
 from worker_service.api_client import ApiClient, ApiUnreachable
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class LogShipper:
                     batch = [p for job_id, p in self._pending.items() if job_id not in self._held]
                     self._pending = {job_id: p for job_id, p in self._pending.items() if job_id in self._held}
                 await self._send(batch)
-            await asyncio.sleep(self._interval)
+            await pause(self._interval)
 
     async def flush(self, job_id: JobId) -> None:
         """Sends the job's unsent lines now: the attempt is about to end, and its last words must land."""

@@ -12,6 +12,7 @@ import time
 from shared.domain.checkpoints import ProgressReport
 from shared.domain.ids import JobId
 from shared.domain.jobs import LeaseRef
+from shared.pause import pause
 from worker_service.api_client import ApiClient, ApiUnreachable
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class ProgressReporter:
             with self._lock:
                 batch, self._pending = list(self._pending.values()), {}
             await self._send(batch)
-            await asyncio.sleep(self._interval)
+            await pause(self._interval)
 
     async def flush(self, job_id: JobId) -> None:
         """Sends the job's unsent value now: the attempt is about to end, and its last word must land."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import enum
 import logging
 import os
@@ -40,6 +39,7 @@ from shared.domain.jobs import (
 )
 from shared.domain.results import result_too_large
 from shared.domain.trace_context import TraceContext
+from shared.pause import wait_at_most
 from shared.storage import checkpoint_store, lease_store
 from shared.storage.database import Database
 from worker_service.api_client import ApiClient, ApiUnreachable
@@ -66,6 +66,8 @@ from worker_service.worker_signals import Signal, SignalRecord, WorkerSignals
 
 log = logging.getLogger(__name__)
 RELEASE_DEADLINE_SECONDS = 5.0
+# How long a stop waits for the background loops to end once cancelled: each ends at its next await.
+BACKGROUND_STOP_SECONDS = 5.0
 # Frames of an unclassified exception's traceback kept with the attempt's error.
 TRACEBACK_FRAMES_MAX = 20
 # Frames above a handler's own: this package's and the executors' of the standard library.
@@ -232,7 +234,10 @@ class Worker:
         finally:
             for pending in everything:
                 pending.cancel()
-            await asyncio.gather(*everything, return_exceptions=True)
+            _, stuck = await asyncio.wait(everything, timeout=BACKGROUND_STOP_SECONDS)
+            if stuck:
+                # A stop must not wait on a loop that missed its cancel: left behind, it ends with the loop.
+                log.warning("stopped without waiting for %s", ", ".join(sorted(t.get_name() for t in stuck)))
             self._executors.close()
             self._signal(Signal.STOPPED)
         if self._fatal is not None:
@@ -257,7 +262,10 @@ class Worker:
     async def _claim_until(self, stop: asyncio.Event) -> None:
         while not stop.is_set() and self._fatal is None:
             if not self._api.reachable.is_set():
-                # Claiming while reports cannot reach the API would only burn attempts.
+                # Claiming while reports cannot reach the API would only burn attempts. The wake is
+                # cleared first: a wake left set would end every wait at once, and this loop would never
+                # yield to the event loop (not even to the stop).
+                self._wake.clear()
                 await self._wait(self._settings.poll_interval_seconds)
                 continue
             self._wake.clear()
@@ -282,8 +290,7 @@ class Worker:
         return min(self._settings.concurrency - running, 2 * self._settings.concurrency - len(self._active))
 
     async def _wait(self, seconds: float | None) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
+        await wait_at_most(self._wake, seconds)
 
     async def _claim(self, limit: int) -> list[ClaimedJob]:
         try:
@@ -596,8 +603,7 @@ class Worker:
                 answered_at = time.monotonic()
                 self._metrics.heartbeat_seconds.observe(answered_at - sent_at)
                 self._apply(actives, statuses, answered_at)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._heartbeat_now.wait(), max(interval - (time.monotonic() - sent_at), 0.0))
+            await wait_at_most(self._heartbeat_now, max(interval - (time.monotonic() - sent_at), 0.0))
 
     def _apply(self, actives: list[ActiveJob], statuses: Sequence[LeaseStatus], answered_at: float) -> None:
         for active, status in zip(actives, statuses, strict=True):
@@ -625,8 +631,7 @@ class Worker:
                     self._stop(active, StopReason.LEASE_EXPIRED)
                 else:
                     upcoming.append(active.lease_deadline)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._new_lease.wait(), min(upcoming) - now if upcoming else None)
+            await wait_at_most(self._new_lease, min(upcoming) - now if upcoming else None)
 
     async def _drain(self) -> None:
         """Said in the log at both ends, so that an operator watching a stop knows it is not hung."""

@@ -4,7 +4,6 @@ database connection between reads."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
@@ -16,6 +15,7 @@ from shared.domain.errors import FieldViolation, InvalidArgument, NotFound, Reso
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import Job, JobEvent
 from shared.domain.submission_rules import check_job_id
+from shared.pause import wait_at_most
 from shared.storage import job_store, progress_store
 from shared.storage.database import Database
 
@@ -112,8 +112,7 @@ class JobWatch:
                     shown = job.progress
                 if len(events) == EVENTS_PER_READ or (job.state.is_terminal and last >= job.sequence):
                     continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), self._recheck_seconds)
+                await wait_at_most(changed, self._recheck_seconds)
 
     async def _current(self, tenant: TenantId, job_id: JobId, include_progress: bool) -> Job:
         async with self._db.transaction(tenant) as conn:

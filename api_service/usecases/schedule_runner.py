@@ -4,7 +4,6 @@ row, and a fire repeated after a crash meets the job it submitted (the fire's id
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import time
@@ -18,6 +17,7 @@ from shared.domain.errors import DeadlineExceeded, JobsError, ResourceExhausted,
 from shared.domain.ids import JobId, TenantId
 from shared.domain.jobs import TERMINAL_STATES
 from shared.domain.schedules import FireAction, FireStep, Schedule, fire_idempotency_key, plan_fire_step
+from shared.pause import pause
 from shared.storage import job_store, schedule_store
 from shared.storage.database import Connection, Database
 
@@ -72,7 +72,7 @@ class ScheduleRunner:
                 log.exception("scheduler: a fire step failed")
                 progressed = False
             if not progressed:
-                await asyncio.sleep(self._poll_seconds)
+                await pause(self._poll_seconds)
 
     async def prune_fires(self) -> int:
         """Deletes the fire records older than the kept window, a batch at a time; how many went."""

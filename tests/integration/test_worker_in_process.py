@@ -181,6 +181,8 @@ class WorkerUnderTest:
     stop: asyncio.Event
     task: asyncio.Task[None]
     metrics: WorkerMetrics
+    instance: Worker
+    api: ApiClient
 
     async def wait_for(self, matches: Callable[[SignalRecord], bool], what: str) -> SignalRecord:
         try:
@@ -233,7 +235,7 @@ async def worker(database_url: str, db: Database) -> AsyncIterator[WorkerUnderTe
     stop = asyncio.Event()
     instance = Worker(settings, registry, db, api, metrics, publisher, WorkerHealth(), signals=signals)
     task = asyncio.create_task(instance.run(stop))
-    under_test = WorkerUnderTest(service, signals, stop, task, metrics)
+    under_test = WorkerUnderTest(service, signals, stop, task, metrics, instance, api)
     try:
         yield under_test
     finally:
@@ -291,6 +293,18 @@ async def test_a_graceful_stop_releases_the_jobs_it_holds(worker, db):
         "a call never outlives its report's deadline",
         remaining,
     )
+
+
+async def test_a_replica_that_cannot_reach_the_api_still_stops_when_asked(worker):
+    """Claims wait while the API is unreachable; a wake left pending then (a notification of new work)
+    must not end every wait at once, or the claim loop never yields and nothing else runs, the stop
+    neither (pytest-timeout ends the test)."""
+    await asyncio.sleep(0.2)  # its loops started: the first heartbeat found the API reachable
+    worker.api.reachable.clear()
+    worker.instance.wake()
+    await asyncio.sleep(0.3)  # several polls: the heartbeat, due in 10 s, does not mark it reachable again
+    assert not worker.api.reachable.is_set()
+    await worker.stopped()
 
 
 async def test_a_cancel_is_one_release_call_that_carries_the_last_log_lines(worker, db, sync_db):
