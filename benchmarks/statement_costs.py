@@ -2,9 +2,10 @@
 plain submissions, the claim and the fenced completion, by the CPU time of the server process that runs
 them (its scheduler's count, in nanoseconds), per job. Each part is taken away from a side's database (a
 trigger disabled, an index dropped: benchmarks/sql/statement_costs.sql) and the side is measured against
-a side as shipped, both fresh, in turns, round by round, on one connection each, so that a busy moment of the
-machine falls on both. BENCH_STATEMENT_BATCH jobs a statement (100, the batch a replica claims and
-completes at 100 slots) and BENCH_STATEMENT_ROUNDS rounds (200) per comparison."""
+a side as shipped, both fresh, in turns (each round starting with the side the last ended with), on one
+connection each, so that a busy moment of the machine falls on both. BENCH_STATEMENT_BATCH jobs a
+statement (100, the batch a replica claims and completes at 100 slots) and BENCH_STATEMENT_ROUNDS rounds
+(200) per comparison."""
 
 from __future__ import annotations
 
@@ -59,8 +60,10 @@ def _interleaved(
 ) -> dict[str, dict[str, list[float]]]:
     costs: dict[str, dict[str, list[float]]] = {side: {phase: [] for phase in (*PHASES, "total")} for side in conns}
     pids = {side: conn.execute(_SQL["backend_pid"]).fetchone()["pid"] for side, conn in conns.items()}
+    sides = list(conns.items())
     for round_number in range(rounds + WARM_ROUNDS):
-        for side, conn in conns.items():
+        # Each round starts with the side the one before ended with.
+        for side, conn in sides if round_number % 2 == 0 else sides[::-1]:
             spent = _cycle(conn, pids[side], batch)
             if round_number >= WARM_ROUNDS:
                 for phase, microseconds in zip(PHASES, spent, strict=True):
