@@ -7,7 +7,8 @@ on and off pairs, 1; medians are reported), BENCH_IN_FLIGHT (SubmitJobs calls
 the work-down keeps in flight, and PgQueuer's producers enqueueing at once, 1), BENCH_PEER_PYTHON (the Python of
 the PgQueuer venv, .bench-venv/bin/python); the scheduling scenarios' sizes are in benchmarks/fairness.py and
 benchmarks/backlogs.py.
-BENCH_SEQUENCES and BENCH_SEQUENCE_LENGTH size sequence_claim_cost (10000 and 10).
+BENCH_SEQUENCES and BENCH_SEQUENCE_LENGTH size sequence_claim_cost (10000 and 10); BENCH_STATEMENT_BATCH and
+BENCH_STATEMENT_ROUNDS size statement_costs (100 and 200).
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks import admin_bulk, backlogs, claim_instructions, fairness, scenarios, sequences, versus_pgqueuer
+from benchmarks import (
+    admin_bulk,
+    backlogs,
+    claim_instructions,
+    fairness,
+    scenarios,
+    sequences,
+    statement_costs,
+    versus_pgqueuer,
+)
 from benchmarks.harness import durability_settings, fresh_database
 
 SCENARIOS = (
@@ -40,6 +50,7 @@ SCENARIOS = (
     "overshoot",
     "admin_bulk",
     "sequence_claim_cost",
+    "statement_costs",
 )
 FAIR_THROUGHPUT_PAIRS_MIN = 5
 
@@ -328,6 +339,26 @@ def _scheduling(only: set[str], figures: dict[str, Any], repeat: int) -> list[tu
                 f" ({cost['cycle_ratio']:.2f}x); {cost['claims']:.0f} interleaved claims each",
             )
         )
+    if "statement_costs" in only:
+        with contextlib.ExitStack() as databases:
+            databases_by_part = {
+                part: (
+                    databases.enter_context(fresh_database(f"stmt_{i}_shipped")),
+                    databases.enter_context(fresh_database(f"stmt_{i}_taken")),
+                )
+                for i, part in enumerate(statement_costs.PARTS)
+            }
+            costs = statement_costs.statement_costs(databases_by_part)
+        figures.update({f"statement_costs_{k}": v for k, v in costs.items()})
+        for part in statement_costs.PARTS:
+            rows.append(
+                (
+                    f"statements of {costs['batch']:.0f}, {part.replace('_', ' ')}",
+                    f"{costs[f'{part}_total_ratio']:.3f}x as shipped"
+                    f" ({costs[f'{part}_total_shipped_us']:.1f} us a job)",
+                    ", ".join(f"{phase} {costs[f'{part}_{phase}_ratio']:.3f}x" for phase in statement_costs.PHASES),
+                )
+            )
     if "overshoot" in only:
         with fresh_database("overshoot") as url:
             over = asyncio.run(fairness.limit_overshoot(url))
