@@ -20,12 +20,16 @@ BENCH_VENV_STAMP := $(BENCH_VENV)/.installed-from-requirements
 BENCH_REQUIREMENTS := benchmarks/pgqueuer-requirements.txt
 
 # pytest-xdist workers for `make test` and `make test-fast` (0: one process); each has its own
-# databases, login roles and ports. The slowest tests are listed after each run.
-PYTEST_WORKERS ?= 2
+# databases, login roles and ports. Four on two cores: the tests wait on services and the database more
+# than they compute (tests/README.md, "Time"). The slowest tests are listed after each run.
+PYTEST_WORKERS ?= 4
 PYTEST_DURATIONS ?= 25
-# The tests create their own databases through this admin connection.
+# The tests run on a PostgreSQL server of their own, in memory (tests/suite_server.py), unless
+# JOBS_TEST_ADMIN_URL names a server's admin connection; the benchmarks run on the machine's server.
 TEST_ADMIN_URL_DEFAULT := postgresql://postgres@127.0.0.1:5432/postgres
-export JOBS_TEST_ADMIN_URL ?= $(or $(DATABASE_URL),$(TEST_ADMIN_URL_DEFAULT))
+BENCH_URL = $(or $(BENCH_ADMIN_URL),$(JOBS_TEST_ADMIN_URL),$(DATABASE_URL),$(TEST_ADMIN_URL_DEFAULT))
+TESTS_SERVER = $(if $(JOBS_TEST_ADMIN_URL),the server at $(JOBS_TEST_ADMIN_URL),a PostgreSQL server of their own (tests/suite_server.py))
+export JOBS_TEST_ADMIN_URL
 
 .PHONY: help venv sdk-wheelhouse node-deps generate lint format test test-fast run dev-worker bench chaos system-deps clean
 
@@ -73,12 +77,12 @@ format: venv ## Apply ruff's formatter and its autofixable lint rules
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: venv sdk-wheelhouse node-deps lint ## lint, then every test tier (PostgreSQL from JOBS_TEST_ADMIN_URL, else DATABASE_URL, else local :5432)
-	@echo "tests use admin URL $(JOBS_TEST_ADMIN_URL)"
+test: venv sdk-wheelhouse node-deps lint ## lint, then every test tier (on a PostgreSQL server of their own, or JOBS_TEST_ADMIN_URL's)
+	@echo "tests use $(TESTS_SERVER)"
 	$(VENV)/bin/pytest tests -n $(PYTEST_WORKERS) --durations=$(PYTEST_DURATIONS)
 
 test-fast: venv ## The tiers that run no service process: tests/unit and tests/integration (no lint; `make test` proves everything)
-	@echo "tests use admin URL $(JOBS_TEST_ADMIN_URL)"
+	@echo "tests use $(TESTS_SERVER)"
 	$(VENV)/bin/pytest tests/unit tests/integration -n $(PYTEST_WORKERS) --durations=$(PYTEST_DURATIONS)
 
 run: venv ## The API and two workers on loopback, over DATABASE_URL or an embedded PostgreSQL in .dev/
@@ -88,8 +92,8 @@ dev-worker: venv ## One more worker with your kinds (MODULES=my_jobs) beside `ma
 	$(VENV_PYTHON) scripts/dev_worker.py $(if $(MODULES),--modules $(MODULES))
 
 bench: venv $(BENCH_VENV_STAMP) ## Throughput, latency and memory figures against their targets, PgQueuer beside us: a table, then one JSON line
-	@echo "benchmarks use admin URL $(JOBS_TEST_ADMIN_URL) (BENCH_ONLY, BENCH_JOBS, BENCH_REPEAT, BENCH_SOAK_SECONDS: see benchmarks/__main__.py)"
-	BENCH_ADMIN_URL=$${BENCH_ADMIN_URL:-$(JOBS_TEST_ADMIN_URL)} BENCH_PEER_PYTHON=$(BENCH_VENV)/bin/python $(VENV_PYTHON) -m benchmarks
+	@echo "benchmarks use admin URL $(BENCH_URL) (BENCH_ONLY, BENCH_JOBS, BENCH_REPEAT, BENCH_SOAK_SECONDS: see benchmarks/__main__.py)"
+	BENCH_ADMIN_URL=$(BENCH_URL) BENCH_PEER_PYTHON=$(BENCH_VENV)/bin/python $(VENV_PYTHON) -m benchmarks
 
 chaos: venv ## The real services under random faults for CHAOS_SECONDS (300; CHAOS_SEED replays the plan), then the checker's verdict as one JSON line (docs/CHAOS.md)
 	$(VENV_PYTHON) -m chaos

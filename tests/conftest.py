@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 pytest_plugins = (
+    "tests.suite_server",
     "tests.db_fixtures",
     "tests.process_fixtures",
     "tests.in_process_services",
@@ -34,6 +35,25 @@ TIER_FORBIDDEN_FIXTURES = {
     "stack": set(),
 }
 TIER_RUN_ORDER = ("stack", "process", "integration", "unit")
+# The files whose tests take a minute or more each, longest first: pytest-xdist hands the first tests out
+# one per worker in turn, and a worker runs what it was handed in order, so these start at once on
+# different workers instead of queueing behind each other and ending the run alone.
+LONGEST_FIRST = (
+    "stack/test_postgres_restart.py",
+    "stack/test_chaos.py",
+    "process/test_hostile_requests.py",
+    "stack/test_failover.py",
+    "process/test_fault_injection_e2e.py",
+    "stack/test_dashboard_against_database.py",
+    "process/test_user_code.py",
+)
+
+
+def _run_order(item: pytest.Item) -> tuple[int, int]:
+    relative = item.path.resolve().relative_to(TESTS_DIR)
+    if relative.as_posix() in LONGEST_FIRST:
+        return (0, LONGEST_FIRST.index(relative.as_posix()))
+    return (1, TIER_RUN_ORDER.index(relative.parts[0]))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -51,6 +71,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if misplaced:
         raise pytest.UsageError("tests outside their tier (see tests/README.md):\n  " + "\n  ".join(misplaced))
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        # Heaviest tier first, so that parallel workers do not end on a lone minute-long scenario.
-        # Every worker sorts its collection alike, as pytest-xdist requires.
-        items.sort(key=lambda item: TIER_RUN_ORDER.index(item.path.resolve().relative_to(TESTS_DIR).parts[0]))
+        # The longest files, then the heaviest tier first, so that parallel workers do not end on a lone
+        # minute-long scenario. Every worker sorts its collection alike, as pytest-xdist requires.
+        items.sort(key=_run_order)

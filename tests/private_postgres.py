@@ -33,12 +33,29 @@ def _bindir() -> Path:
     return Path(candidates[-1]).parent
 
 
+def server_programs_installed() -> bool:
+    try:
+        return (_bindir() / "initdb").exists()
+    except RuntimeError:
+        return False
+
+
 class PrivatePostgres:
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, *, under: str | None = None, settings: dict[str, str] | None = None) -> None:
+        """`under`: the folder the data goes in (a temporary one of the system's by default); `settings`:
+        server settings beside the ones every private server has."""
         self.port = port
         self._bin = _bindir()
         self._as_user: list[str] = []
-        self.root = Path(tempfile.mkdtemp(prefix="jobs-private-pg-"))
+        # Dynamic shared memory in files of the data folder, removed with it: as POSIX segments in
+        # /dev/shm, a server stopped `immediate` or killed left a megabyte behind each time.
+        self._settings = {
+            "max_connections": "200",
+            "shared_buffers": "32MB",
+            "dynamic_shared_memory_type": "mmap",
+            **(settings or {}),
+        }
+        self.root = Path(tempfile.mkdtemp(prefix="jobs-private-pg-", dir=under))
         if os.geteuid() == 0:
             account = pwd.getpwnam(UNPRIVILEGED_USER)
             os.chown(self.root, account.pw_uid, account.pw_gid)
@@ -90,9 +107,8 @@ class PrivatePostgres:
 
     def start(self) -> None:
         """Starts the server and waits until it accepts connections (after crash recovery, if any)."""
-        options = (
-            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root}"
-            " -c max_connections=200 -c shared_buffers=32MB"
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root}" + "".join(
+            f" -c {name}={value}" for name, value in self._settings.items()
         )
         self._run(
             "pg_ctl",
