@@ -79,11 +79,11 @@ format: venv ## Apply ruff's formatter and its autofixable lint rules
 
 test: venv sdk-wheelhouse node-deps lint ## lint, then every test tier (on a PostgreSQL server of their own, or JOBS_TEST_ADMIN_URL's)
 	@echo "tests use $(TESTS_SERVER)"
-	$(VENV)/bin/pytest tests -n $(PYTEST_WORKERS) --durations=$(PYTEST_DURATIONS)
+	$(VENV)/bin/pytest tests -n $(PYTEST_WORKERS) --maxschedchunk 1 --durations=$(PYTEST_DURATIONS)
 
 test-fast: venv ## The tiers that run no service process: tests/unit and tests/integration (no lint; `make test` proves everything)
 	@echo "tests use $(TESTS_SERVER)"
-	$(VENV)/bin/pytest tests/unit tests/integration -n $(PYTEST_WORKERS) --durations=$(PYTEST_DURATIONS)
+	$(VENV)/bin/pytest tests/unit tests/integration -n $(PYTEST_WORKERS) --maxschedchunk 1 --durations=$(PYTEST_DURATIONS)
 
 run: venv ## The API and two workers on loopback, over DATABASE_URL or an embedded PostgreSQL in .dev/
 	$(VENV_PYTHON) scripts/dev_stack.py

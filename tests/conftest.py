@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 pytest_plugins = (
-    "tests.suite_server",
     "tests.db_fixtures",
     "tests.process_fixtures",
     "tests.in_process_services",
     "tests.database_roles",
     "tests.prometheus_server",
     "tests.otlp_receiver",
+    # After the modules it imports, so that pytest rewrites their asserts.
+    "tests.suite_server",
 )
 
 TESTS_DIR = Path(__file__).resolve().parent

@@ -62,7 +62,7 @@ SNAPSHOT_QUERIES = {
 }
 
 
-def _pid_is_running(pid: int) -> bool:
+def pid_is_running(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -117,7 +117,7 @@ class TestDatabases:
         ).fetchall()
         for (name,) in names:
             match = _OWN_NAME.match(name)
-            if match and not _pid_is_running(int(match[1])):
+            if match and not pid_is_running(int(match[1])):
                 self._to_drop.put(name)
 
     def build_template(self) -> None:

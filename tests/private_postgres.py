@@ -41,7 +41,14 @@ def server_programs_installed() -> bool:
 
 
 class PrivatePostgres:
-    def __init__(self, port: int, *, under: str | None = None, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        port: int,
+        *,
+        under: str | None = None,
+        prefix: str = "jobs-private-pg-",
+        settings: dict[str, str] | None = None,
+    ) -> None:
         """`under`: the folder the data goes in (a temporary one of the system's by default); `settings`:
         server settings beside the ones every private server has."""
         self.port = port
@@ -55,7 +62,7 @@ class PrivatePostgres:
             "dynamic_shared_memory_type": "mmap",
             **(settings or {}),
         }
-        self.root = Path(tempfile.mkdtemp(prefix="jobs-private-pg-", dir=under))
+        self.root = Path(tempfile.mkdtemp(prefix=prefix, dir=under))
         if os.geteuid() == 0:
             account = pwd.getpwnam(UNPRIVILEGED_USER)
             os.chown(self.root, account.pw_uid, account.pw_gid)

@@ -16,15 +16,23 @@ PostgreSQL's server programs installed, the suite uses `DATABASE_URL`, else 127.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import shutil
+import signal
+from pathlib import Path
 
 import pytest
 
-from tests.db_fixtures import ADMIN_URL_DEFAULT, ADMIN_URL_ENV
+from tests.db_fixtures import ADMIN_URL_DEFAULT, ADMIN_URL_ENV, pid_is_running
 from tests.private_postgres import PrivatePostgres, server_programs_installed
 from tests.process_fixtures import free_port
 
 MEMORY_FOLDER = "/dev/shm"
+# Named after the pytest process that started it, so that the next run stops and removes a server whose
+# run was killed before it could (its memory is the machine's until then).
+FOLDER_PREFIX = "jobs-suite-pg-"
 # Room for four xdist workers' pools, droppers and service processes; buffers for the clones in use.
 SUITE_SERVER_SETTINGS = {
     "fsync": "off",
@@ -42,7 +50,11 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[ADMIN_URL_ENV] = os.environ.get("DATABASE_URL") or ADMIN_URL_DEFAULT
         return
     under = MEMORY_FOLDER if os.path.isdir(MEMORY_FOLDER) else None
-    server = PrivatePostgres(free_port(), under=under, settings=SUITE_SERVER_SETTINGS)
+    if under is not None:
+        _remove_abandoned(Path(under))
+    server = PrivatePostgres(
+        free_port(), under=under, prefix=f"{FOLDER_PREFIX}{os.getpid()}-", settings=SUITE_SERVER_SETTINGS
+    )
     try:
         server.start()
     except BaseException:
@@ -56,3 +68,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     server = config.stash.get(_SERVER, None)
     if server is not None:
         server.destroy()
+
+
+def _remove_abandoned(folder: Path) -> None:
+    """Stops (SIGQUIT: PostgreSQL's immediate shutdown) and removes the servers of runs that were killed."""
+    for root in folder.glob(f"{FOLDER_PREFIX}*"):
+        owner = re.match(rf"{FOLDER_PREFIX}(\d+)-", root.name)
+        if owner is None or pid_is_running(int(owner[1])):
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            os.kill(int((root / "data" / "postmaster.pid").read_text().splitlines()[0]), signal.SIGQUIT)
+        shutil.rmtree(root, ignore_errors=True)
