@@ -52,6 +52,7 @@ class ScriptedWorkerService(worker_pb2_grpc.WorkerServiceServicer):
         # Every call in order, with the job ids it named.
         self.log: list[tuple[str, list[str]]] = []
         self.shipped_lines: list[str] = []
+        self.lines_arrived = asyncio.Event()
 
     async def Heartbeat(self, request: worker_pb2.HeartbeatRequest, context: Any) -> worker_pb2.HeartbeatResponse:
         self.calls["Heartbeat"] += 1
@@ -74,6 +75,7 @@ class ScriptedWorkerService(worker_pb2_grpc.WorkerServiceServicer):
         self.calls["AppendJobLogs"] += 1
         self.log.append(("AppendJobLogs", [x.job_id for x in request.logs]))
         self.shipped_lines.extend(line.message for x in request.logs for line in x.lines)
+        self.lines_arrived.set()
         return worker_pb2.AppendJobLogsResponse(
             outcomes=[
                 worker_pb2.AppendJobLogsOutcome(job_id=x.job_id, outcome=R.REPORT_OUTCOME_ACCEPTED)
@@ -310,6 +312,12 @@ async def test_a_replica_that_cannot_reach_the_api_still_stops_when_asked(worker
 async def test_a_cancel_is_one_release_call_that_carries_the_last_log_lines(worker, db, sync_db):
     job_id = await _submit(db, "inproc.logs")
     await worker.wait_for(lambda r: r.signal is Signal.CLAIMED and r.job_id == job_id, "claimed")
+    # Its first line goes at once, the next not for a minute: once it arrived, a later call that names the
+    # job is the cancel's. (The Heartbeat that tells of the cancel is logged here when it arrives, before
+    # the worker reads its answer: a first send still under way then would come after it.)
+    async with asyncio.timeout(WAIT_SECONDS):
+        await worker.service.lines_arrived.wait()
+    assert worker.service.shipped_lines == ["started the long part"]
     worker.service.cancel_requested.add(job_id)
     # The stop trigger's notification makes the worker ask at once rather than at its next heartbeat.
     sync_db.execute("UPDATE jobs SET cancel_requested = true WHERE job_id = %s", (job_id,))
