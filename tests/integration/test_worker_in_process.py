@@ -301,7 +301,8 @@ async def test_a_replica_that_cannot_reach_the_api_still_stops_when_asked(worker
     """Claims wait while the API is unreachable; a wake left pending then (a notification of new work)
     must not end every wait at once, or the claim loop never yields and nothing else runs, the stop
     neither (pytest-timeout ends the test)."""
-    await asyncio.sleep(0.2)  # its loops started: the first heartbeat found the API reachable
+    async with asyncio.timeout(WAIT_SECONDS):
+        await worker.api.reachable.wait()  # its loops started: the first heartbeat found the API
     worker.api.reachable.clear()
     worker.instance.wake()
     await asyncio.sleep(0.3)  # several polls: the heartbeat, due in 10 s, does not mark it reachable again
