@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TypeVar
 
 import psycopg
 import psycopg.errors
 from psycopg.abc import Params
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import AsyncRowFactory, DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from shared.domain.errors import (
@@ -37,6 +38,7 @@ from shared.storage.database_settings import PREPARE_THRESHOLD_DEFAULT
 from shared.storage.fault_injection import StatementFaults, pool_connection_kwargs
 
 Connection = psycopg.AsyncConnection[DictRow]
+Row = TypeVar("Row")
 
 # libpq settings every connection gets unless its URL sets them. A server that does not complete a
 # connection within connect_timeout is passed over for the next host of the URL (a hung server's kernel still
@@ -271,13 +273,20 @@ class Database:
         bounds, the statement, COMMIT). Bounded as every transaction is (the caller's deadline, else the
         pool's; the watchdog), and failing as one does: nothing written unless the answer is OK or
         indeterminate. For a statement that needs nothing else in its transaction."""
+        return await self.run_alone_as(dict_row, query, params, tenant)
+
+    async def run_alone_as(
+        self, rows: AsyncRowFactory[Row], query: str, params: Params, tenant: str | None = None, *, binary: bool = False
+    ) -> list[Row]:
+        """`run_alone` with each row made by `rows`, and sent in the binary format when asked: a hot
+        statement's many rows decoded straight into their objects, with no dict per row on the way."""
         async with self._bounded_connection() as (conn, deadline):
             try:
                 # The statements of one pipeline up to its sync run in one implicit transaction, so the
                 # bounds hold for the statement and end with it, as a transaction's local settings do.
                 async with conn.pipeline():
                     await _scope(conn, tenant, deadline - time.monotonic())
-                    cur = await conn.execute(query, params)
+                    cur = await conn.cursor(binary=binary, row_factory=rows).execute(query, params)
             except psycopg.errors.ReadOnlySqlTransaction:
                 await conn.close()  # as in `transaction`
                 raise
