@@ -15,6 +15,7 @@ import psycopg
 import psycopg.errors
 from psycopg.abc import Params
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import ExecStatus
 from psycopg.rows import AsyncRowFactory, DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -39,6 +40,7 @@ from shared.storage.fault_injection import StatementFaults, pool_connection_kwar
 
 Connection = psycopg.AsyncConnection[DictRow]
 Row = TypeVar("Row")
+TUPLES_OK = ExecStatus.TUPLES_OK
 
 # libpq settings every connection gets unless its URL sets them. A server that does not complete a
 # connection within connect_timeout is passed over for the next host of the URL (a hung server's kernel still
@@ -290,8 +292,10 @@ class Database:
             except psycopg.errors.ReadOnlySqlTransaction:
                 await conn.close()  # as in `transaction`
                 raise
-            # A statement that returns no rows (a plain INSERT) has no description.
-            return await cur.fetchall() if cur.description is not None else []
+            # A statement that returns no rows (a plain INSERT) has none to fetch. Its status says so
+            # without the description, which is an object per column made anew at each reading.
+            result = cur.pgresult
+            return await cur.fetchall() if result is not None and result.status == TUPLES_OK else []
 
     @asynccontextmanager
     async def _bounded_connection(self) -> AsyncIterator[tuple[Connection, float]]:

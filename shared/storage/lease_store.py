@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncCursor
+from psycopg.pq import ExecStatus
 from psycopg.rows import RowMaker, no_result
 
 from shared.domain.errors import RowsRejected
@@ -67,29 +68,32 @@ def _claim_params(worker_id: str, kinds: Sequence[str], limit: int, lease_second
     return {"worker_id": worker_id, "kinds": list(kinds), "limit": limit, "lease_seconds": lease_seconds}
 
 
+# As the result names them, in bytes: read from the result itself, not its description (an object per
+# column, made anew at each reading).
 _CLAIMED_COLUMNS = (
-    "job_id",
-    "tenant",
-    "kind",
-    "payload",
-    "attempts",
-    "max_attempts",
-    "fencing_token",
-    "lease_expires_at",
-    "created_at",
-    "queued_since",
-    "claimed_at",
-    "traceparent",
-    "tracestate",
+    b"job_id",
+    b"tenant",
+    b"kind",
+    b"payload",
+    b"attempts",
+    b"max_attempts",
+    b"fencing_token",
+    b"lease_expires_at",
+    b"created_at",
+    b"queued_since",
+    b"claimed_at",
+    b"traceparent",
+    b"tracestate",
 )
 
 
 def _claimed_job(cursor: AsyncCursor[Any]) -> RowMaker[ClaimedJob]:
     """Makes each claimed row into its ClaimedJob straight from the row's values (a worker's most
     numerous rows: a dict per row first was a tenth of a claim's CPU), its columns found by name."""
-    if cursor.description is None:
+    result = cursor.pgresult
+    if result is None or result.status != ExecStatus.TUPLES_OK:
         return no_result
-    names = [column.name for column in cursor.description]
+    names = [result.fname(number) for number in range(result.nfields)]
     in_order = operator.itemgetter(*(names.index(name) for name in _CLAIMED_COLUMNS))
 
     def claimed_job(values: Sequence[Any]) -> ClaimedJob:
