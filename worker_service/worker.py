@@ -183,12 +183,16 @@ class Worker:
         self._new_lease = asyncio.Event()
         # A background duty that died (a refused credential, a bug) stops the replica.
         self._fatal: BaseException | None = None
+        # Taken once by run(): asking asyncio for the running loop at every job's start was several
+        # lookups per job.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def wake(self) -> None:
         self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Works until `stop` is set, then drains: running jobs get the grace period, the rest are released."""
+        self._loop = asyncio.get_running_loop()
         background = [
             asyncio.create_task(self._batcher.run(), name="completion-batcher"),
             asyncio.create_task(self._progress.run(), name="progress-reporter"),
@@ -345,6 +349,7 @@ class Worker:
             log.warning("could not hand %d jobs back (%s); their leases will expire", len(jobs), exc)
 
     def _start(self, job: ClaimedJob) -> None:
+        loop = self._loop or asyncio.get_running_loop()
         lease = LeaseRef(job.job_id, job.fencing_token)
         context = JobContext(
             job_id=job.job_id,
@@ -355,11 +360,11 @@ class Worker:
             max_attempts=job.max_attempts,
             fencing_token=job.fencing_token,
             receipt_book=DatabaseReceiptBook(self._db, lease),
-            checkpoints={checkpoint.stage: checkpoint for checkpoint in job.checkpoints},
-            checkpoint_book=ApiCheckpointBook(self._api, lease, report_seconds=self._settings.lease_seconds),
+            checkpoints={checkpoint.stage: checkpoint for checkpoint in job.checkpoints} if job.checkpoints else {},
+            checkpoint_book=ApiCheckpointBook(self._api, lease, report_seconds=self._settings.lease_seconds, loop=loop),
             progress_sink=self._progress.sink(lease),
             log_sink=self._logs.sink(lease),
-            dependency_source=ApiDependencyResults(self._api, lease, self._report_deadline),
+            dependency_source=ApiDependencyResults(self._api, lease, self._report_deadline, loop),
             traceparent=job.trace_context.traceparent if job.trace_context else None,
             tracestate=job.trace_context.tracestate if job.trace_context else None,
         )
@@ -369,7 +374,7 @@ class Worker:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("claimed", extra=active.log_fields)
         self._signal(Signal.CLAIMED, job.job_id)
-        active.task = asyncio.create_task(self._run(active), name=f"job-{job.job_id}")
+        active.task = loop.create_task(self._run(active), name=f"job-{job.job_id}")
 
     async def _run(self, active: ActiveJob) -> None:
         active.started = True
