@@ -372,6 +372,35 @@ CREATE FUNCTION public.jobs_claim_kinds_not_held(claim_kinds text[]) RETURNS tex
                                                               WHERE jk.kind = k.kind))))
     $$;
 
+CREATE FUNCTION public.jobs_claim_lock_parts(s public.jobs_claim_state) RETURNS public.jobs_claim_state
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    -- Read per row by the row locks: variables of their own are read faster than fields of `s`.
+    queue_kind text := s.pair_kinds[1];
+    passing text[] := CASE WHEN s.keys_locked THEN coalesce(s.limited, '{}') END;
+BEGIN
+    SELECT coalesce(array_agg(l.job_id), '{}'), coalesce(array_agg(l.tenant), '{}'),
+           coalesce(array_agg(l.kind), '{}'), coalesce(bool_or(l.keyed), false)
+    INTO s.locked_ids, s.locked_tenants, s.locked_kinds, s.locked_keyed
+    FROM (SELECT l.job_id, l.tenant, l.kind, l.keyed
+          FROM unnest(s.shares_of, s.share_counts) WITH ORDINALITY AS a(tenant, n, ord)
+          CROSS JOIN LATERAL (
+              SELECT j.job_id, j.tenant, j.kind, j.run_after, j.limit_keys <> '{}' AS keyed
+              FROM jobs AS j
+              WHERE j.state IN ('pending', 'retry_wait') AND j.parked_on IS NULL AND j.kind = queue_kind
+                AND j.tenant = a.tenant AND j.priority = s.priority AND j.run_after <= clock_timestamp()
+                AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
+                AND (passing IS NULL OR j.limit_keys <@ passing)
+              ORDER BY j.priority DESC, j.run_after, j.job_id
+              LIMIT a.n
+              FOR UPDATE OF j SKIP LOCKED
+          ) AS l
+          ORDER BY a.ord, l.run_after, l.job_id) AS l;
+    RETURN s;
+END
+$$;
+
 CREATE FUNCTION public.jobs_claim_lock_rows(s public.jobs_claim_state) RETURNS public.jobs_claim_state
     LANGUAGE plpgsql
     AS $$
@@ -632,26 +661,7 @@ BEGIN
               LIMIT s.share_counts[1]
               FOR UPDATE OF j SKIP LOCKED) AS l;
     ELSIF s.pair_kinds[1] = ALL (s.pair_kinds) THEN
-        -- Each part locked as it is read, in the tenant's queue order, past the rows racing claimers hold;
-        -- sorted once into the parts' order, which the aggregates keep.
-        passing := CASE WHEN s.keys_locked THEN coalesce(s.limited, '{}') END;
-        SELECT coalesce(array_agg(l.job_id), '{}'), coalesce(array_agg(l.tenant), '{}'),
-               coalesce(array_agg(l.kind), '{}'), coalesce(bool_or(l.keyed), false)
-        INTO s.locked_ids, s.locked_tenants, s.locked_kinds, s.locked_keyed
-        FROM (SELECT l.job_id, l.tenant, l.kind, l.keyed
-              FROM unnest(s.shares_of, s.share_counts) WITH ORDINALITY AS a(tenant, n, ord)
-              CROSS JOIN LATERAL (
-                  SELECT j.job_id, j.tenant, j.kind, j.run_after, j.limit_keys <> '{}' AS keyed
-                  FROM jobs AS j
-                  WHERE j.state IN ('pending', 'retry_wait') AND j.parked_on IS NULL AND j.kind = queue_kind
-                    AND j.tenant = a.tenant AND j.priority = s.priority AND j.run_after <= clock_timestamp()
-                    AND (j.deadline IS NULL OR j.deadline > clock_timestamp())
-                    AND (passing IS NULL OR j.limit_keys <@ passing)
-                  ORDER BY j.priority DESC, j.run_after, j.job_id
-                  LIMIT a.n
-                  FOR UPDATE OF j SKIP LOCKED
-              ) AS l
-              ORDER BY a.ord, l.run_after, l.job_id) AS l;
+        s := jobs_claim_lock_parts(s);
     ELSE
         s := jobs_claim_lock_rows(s);
     END IF;
