@@ -1362,6 +1362,7 @@ CREATE FUNCTION public.jobs_tend_running_tallies() RETURNS text[]
     LANGUAGE plpgsql
     SET search_path TO 'public', 'pg_temp'
     SET jit TO 'off'
+    SET enable_bitmapscan TO 'off'
     AS $$
 DECLARE
     corrected text[];
