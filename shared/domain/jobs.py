@@ -102,6 +102,50 @@ class NewJob:
 
 
 @dataclass(frozen=True)
+class PlainBatch:
+    """Plain submissions of one call (SubmitJobs' common case: no key, resource, dependency or limit), as
+    columns in request order: the fields such a submission may set, one list each, and the call's trace
+    context. Carried as lists rather than a NewJob each, which cost more than all the rest of its path."""
+
+    kinds: list[str]
+    payloads: list[bytes]
+    priorities: list[int]
+    max_attempts: list[int]
+    run_afters: list[datetime | None]
+    deadlines: list[datetime | None]
+    labels: list[dict[str, str]]
+    trace_context: TraceContext | None = None
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    def new_jobs(self) -> list[NewJob]:
+        """The same submissions one by one, as the general path takes them."""
+        return [
+            NewJob(
+                kind=kind,
+                payload=payload,
+                priority=priority,
+                run_after=run_after,
+                max_attempts=max_attempts,
+                deadline=deadline,
+                labels=labels,
+                trace_context=self.trace_context,
+            )
+            for kind, payload, priority, max_attempts, run_after, deadline, labels in zip(
+                self.kinds,
+                self.payloads,
+                self.priorities,
+                self.max_attempts,
+                self.run_afters,
+                self.deadlines,
+                self.labels,
+                strict=True,
+            )
+        ]
+
+
+@dataclass(frozen=True)
 class Job:
     job_id: JobId
     tenant: TenantId
