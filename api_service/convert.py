@@ -21,6 +21,7 @@ from shared.domain.job_logs import AttemptLog, JobLogLine, LogLine, LogPosition
 from shared.domain.jobs import (
     ChildJob,
     Completion,
+    CompletionBatch,
     Debounce,
     ErrorCategory,
     FailOutcome,
@@ -406,6 +407,17 @@ def lease_status_to_proto(status: LeaseStatus) -> worker_pb2.LeaseStatus:
         lease_expires_at=_timestamp(status.lease_expires_at),
         resource_deleted=status.resource_deleted,
         outcome=outcome_to_proto(status.outcome),
+    )
+
+
+def completion_batch_from_proto(items: Sequence[worker_pb2.CompleteJobRequest]) -> CompletionBatch | None:
+    """The completions as columns, when none carries children (else None: completion_from_proto takes them)."""
+    if any(item.children for item in items):
+        return None
+    return CompletionBatch(
+        [JobId(item.job_id) for item in items],
+        [FencingToken(item.fencing_token) for item in items],
+        [item.result for item in items],
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -259,6 +260,30 @@ class Completion:
     result: bytes
     # In the order the handler spawned them: a child may depend on the ones before it.
     children: tuple[ChildJob, ...] = ()
+
+
+@dataclass(frozen=True)
+class CompletionBatch:
+    """Completions without children (a worker's usual CompleteJobs) as columns, in request order."""
+
+    job_ids: list[JobId]
+    fencing_tokens: list[FencingToken]
+    results: list[bytes]
+
+    @classmethod
+    def of(cls, completions: Sequence[Completion]) -> CompletionBatch:
+        return cls(
+            [c.job_id for c in completions], [c.fencing_token for c in completions], [c.result for c in completions]
+        )
+
+    def __len__(self) -> int:
+        return len(self.job_ids)
+
+    def completions(self) -> list[Completion]:
+        return [
+            Completion(job_id, token, result)
+            for job_id, token, result in zip(self.job_ids, self.fencing_tokens, self.results, strict=True)
+        ]
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,11 @@ def int4s(values: Sequence[int]) -> Int4Array:
     return _array(Int4Array, len(values), elements, False)
 
 
+def int8s(values: Sequence[int]) -> Int8Array:
+    elements, _ = _framed(values, lambda value: _INT8.pack(8, value))
+    return _array(Int8Array, len(values), elements, False)
+
+
 def float8s(values: Sequence[float]) -> Float8Array:
     elements, _ = _framed(values, lambda value: _FLOAT8.pack(8, value))
     return _array(Float8Array, len(values), elements, False)
