@@ -210,8 +210,7 @@ class WorkerReports:
         column by column), one statement from the columns, without an object per completion."""
         if not self._storable_at_once(batch):
             return await self.complete_many(worker_id, batch.completions())
-        async with self._db.transaction() as conn:
-            outcomes = await lease_store.complete_columns(conn, worker_id=worker_id, batch=batch)
+        outcomes = await lease_store.complete_alone(self._db, worker_id=worker_id, batch=batch)
         for job_id, token, outcome in zip(batch.job_ids, batch.fencing_tokens, outcomes, strict=True):
             if outcome is not ReportOutcome.ACCEPTED:
                 self._refused("completion", LeaseRef(job_id, token), outcome, worker_id)

@@ -202,14 +202,21 @@ async def heartbeat(conn: Connection, leases: Sequence[LeaseRef], *, lease_secon
 
 
 async def complete_batch(conn: Connection, *, worker_id: str, completions: Sequence[Completion]) -> list[ReportOutcome]:
-    """One fenced statement for the whole batch; outcomes in input order."""
-    return await complete_columns(conn, worker_id=worker_id, batch=CompletionBatch.of(completions))
-
-
-async def complete_columns(conn: Connection, *, worker_id: str, batch: CompletionBatch) -> list[ReportOutcome]:
-    """As complete_batch, for completions given as columns (their job ids checked with is_job_id)."""
-    outcomes, _ = await _complete(conn, worker_id, batch)
+    """One fenced statement for the whole batch (job ids checked with is_job_id); outcomes in input order."""
+    outcomes, _ = await _complete(conn, worker_id, CompletionBatch.of(completions))
     return outcomes
+
+
+async def complete_alone(db: Database, *, worker_id: str, batch: CompletionBatch) -> list[ReportOutcome]:
+    """As complete_batch, for completions given as columns (their job ids checked with is_job_id), the
+    statement in a transaction of its own (Database.run_alone: one round trip). The refused ones, if any,
+    are diagnosed after its COMMIT."""
+    rows = await db.run_alone_tuples(queries.JOB_COMPLETE_BATCH, _complete_params(worker_id, batch))
+    finished = _finished(rows)
+    if all(pair in finished for pair in zip(batch.job_ids, batch.fencing_tokens, strict=True)):
+        return _outcomes(batch, finished, {})
+    async with db.transaction() as conn:
+        return _outcomes(batch, finished, await _refused_why(conn, batch, finished))
 
 
 async def complete_parent(conn: Connection, *, worker_id: str, completion: Completion) -> TenantId | ReportOutcome:
@@ -222,28 +229,46 @@ async def complete_parent(conn: Connection, *, worker_id: str, completion: Compl
 async def _complete(
     conn: Connection, worker_id: str, batch: CompletionBatch
 ) -> tuple[list[ReportOutcome], dict[JobId, TenantId]]:
-    """The parameters go as arrays in the binary format, made whole (binary_arrays), and the rows come back
-    as tuples: a batch of completions is the API's most frequent statement."""
+    cur = conn.cursor(row_factory=tuple_row)
+    await cur.execute(queries.JOB_COMPLETE_BATCH, _complete_params(worker_id, batch))
+    rows = await cur.fetchall()
+    finished = _finished(rows)
+    tenants = {JobId(job_id): TenantId(tenant) for job_id, _, tenant, _, _ in rows}
+    return _outcomes(batch, finished, await _refused_why(conn, batch, finished)), tenants
+
+
+def _complete_params(worker_id: str, batch: CompletionBatch) -> dict[str, object]:
+    """Arrays in the binary format, made whole (binary_arrays): a batch of completions is the API's most
+    frequent statement."""
     # Job ids are 36 characters of hex and hyphens (is_job_id): the hex of them all is the uuid[]'s bytes.
     packed_ids = bytes.fromhex("".join(batch.job_ids).replace("-", ""))
-    cur = conn.cursor(row_factory=tuple_row)
-    await cur.execute(
-        queries.JOB_COMPLETE_BATCH,
-        {
-            "job_ids": binary_arrays.uuids(packed_ids),
-            "fencing_tokens": binary_arrays.int8s(batch.fencing_tokens),
-            "results": binary_arrays.byteas(batch.results),
-            "worker_id": worker_id,
-        },
-    )
-    # job_id, state, tenant, attempts, fencing_token
-    rows = await cur.fetchall()
-    finished = {(job_id, token): state for job_id, state, _, _, token in rows}
-    tenants = {JobId(job_id): TenantId(tenant) for job_id, _, tenant, _, _ in rows}
+    return {
+        "job_ids": binary_arrays.uuids(packed_ids),
+        "fencing_tokens": binary_arrays.int8s(batch.fencing_tokens),
+        "results": binary_arrays.byteas(batch.results),
+        "worker_id": worker_id,
+    }
+
+
+def _finished(rows: Sequence[tuple[Any, ...]]) -> dict[tuple[str, int], str]:
+    """The state each completed (job id, fencing token) is in, from the statement's rows (as tuples: job_id,
+    state, tenant, attempts, fencing_token)."""
+    return {(job_id, token): state for job_id, state, _, _, token in rows}
+
+
+async def _refused_why(
+    conn: Connection, batch: CompletionBatch, finished: dict[tuple[str, int], str]
+) -> dict[JobId, ReportOutcome]:
+    pairs = zip(batch.job_ids, batch.fencing_tokens, strict=True)
+    return await refusals(conn, [job_id for job_id, token in pairs if (job_id, token) not in finished])
+
+
+def _outcomes(
+    batch: CompletionBatch, finished: dict[tuple[str, int], str], refused_why: dict[JobId, ReportOutcome]
+) -> list[ReportOutcome]:
     pairs = list(zip(batch.job_ids, batch.fencing_tokens, strict=True))
-    refused_why = await refusals(conn, [job_id for job_id, token in pairs if (job_id, token) not in finished])
     outcomes = [_COMPLETED.get(finished.get(pair, "")) for pair in pairs]
-    return [outcome or refused_why[job_id] for outcome, (job_id, _) in zip(outcomes, pairs, strict=True)], tenants
+    return [outcome or refused_why[job_id] for outcome, (job_id, _) in zip(outcomes, pairs, strict=True)]
 
 
 # The states a completion leaves its job in, as the statement returns them, and what each answers.
