@@ -7,6 +7,8 @@ import json
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from itertools import chain
+from operator import attrgetter, itemgetter
 from typing import cast
 
 from google.protobuf import duration_pb2, timestamp_pb2
@@ -142,18 +144,21 @@ def plain_batch_from_proto(
     items: Sequence[jobs_pb2.SubmitJobRequest], trace_context: TraceContext | None = None
 ) -> PlainBatch | None:
     """SubmitJobs' submissions as one PlainBatch, when every one is plain (jobs.py, _is_plain) and its times
-    convert; None otherwise, and new_job_from_proto, item by item, takes them (and names a bad time)."""
+    convert; None otherwise, and new_job_from_proto, item by item, takes them (and names a bad time). Read
+    with map() rather than a loop: 500 submissions a call."""
     if not items:
         return None
-    others = {field for item in items for field, _ in item.ListFields() if field not in _PLAIN_SCALARS}
+    items = list(items)  # each pass over the repeated field makes a Python object per message again
+    given = set(map(_FIELD, chain.from_iterable(map(_LIST_FIELDS, items))))
+    others = given - _PLAIN_SCALARS
     if not others <= _PLAIN_OTHERS:
         return None
     count = len(items)
     batch = PlainBatch(
-        kinds=[item.kind for item in items],
-        payloads=[item.payload for item in items],
-        priorities=[item.priority for item in items],
-        max_attempts=[item.max_attempts for item in items],
+        kinds=list(map(_KIND, items)),
+        payloads=list(map(_PAYLOAD, items)),
+        priorities=list(map(_PRIORITY, items)),
+        max_attempts=list(map(_MAX_ATTEMPTS, items)),
         run_afters=[None] * count,
         deadlines=[None] * count,
         labels=[dict(item.labels) if item.labels else {} for item in items] if others else [{}] * count,
@@ -166,6 +171,11 @@ def plain_batch_from_proto(
     except InvalidArgument:
         return None
     return batch
+
+
+_LIST_FIELDS = jobs_pb2.SubmitJobRequest.ListFields
+_FIELD = itemgetter(0)
+_KIND, _PAYLOAD, _PRIORITY, _MAX_ATTEMPTS = map(attrgetter, ("kind", "payload", "priority", "max_attempts"))
 
 
 def _debounce(request: jobs_pb2.SubmitJobRequest) -> Debounce | None:
@@ -412,13 +422,14 @@ def lease_status_to_proto(status: LeaseStatus) -> worker_pb2.LeaseStatus:
 
 def completion_batch_from_proto(items: Sequence[worker_pb2.CompleteJobRequest]) -> CompletionBatch | None:
     """The completions as columns, when none carries children (else None: completion_from_proto takes them)."""
-    if any(item.children for item in items):
+    items = list(items)  # as in plain_batch_from_proto
+    if any(map(_CHILDREN, items)):
         return None
-    return CompletionBatch(
-        [JobId(item.job_id) for item in items],
-        [FencingToken(item.fencing_token) for item in items],
-        [item.result for item in items],
-    )
+    # JobId and FencingToken are the str and int they name.
+    return CompletionBatch(list(map(_JOB_ID, items)), list(map(_FENCING_TOKEN, items)), list(map(_RESULT, items)))
+
+
+_CHILDREN, _JOB_ID, _FENCING_TOKEN, _RESULT = map(attrgetter, ("children", "job_id", "fencing_token", "result"))
 
 
 def completion_from_proto(request: worker_pb2.CompleteJobRequest, prefix: str = "") -> Completion:

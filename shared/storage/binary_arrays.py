@@ -83,15 +83,9 @@ def _array(kind: type[A], count: int, elements: Iterable[bytes], has_null: bool)
 
 def _framed(values: Sequence[T | None], encode: Callable[[T], bytes]) -> tuple[list[bytes], bool]:
     """Each value as an element (its length, then its bytes), each distinct value encoded once."""
-    seen: dict[T | None, bytes] = {None: _NULL}
-    elements = []
-    for value in values:
-        element = seen.get(value)
-        if element is None:
-            assert value is not None  # None is in `seen`
-            element = seen[value] = encode(value)
-        elements.append(element)
-    return elements, None in values
+    distinct = dict.fromkeys(values)
+    elements = {value: _NULL if value is None else encode(value) for value in distinct}
+    return list(map(elements.__getitem__, values)), None in distinct
 
 
 def _text(value: str) -> bytes:
@@ -111,9 +105,13 @@ def _timestamptz(value: datetime) -> bytes:
 def uuids(packed: bytes) -> UuidArray:
     """UUIDs given as their 16 bytes each, one after another."""
     count = len(packed) // _UUID_BYTES
-    prefix = _LENGTH.pack(_UUID_BYTES)
-    elements = (prefix + packed[i : i + _UUID_BYTES] for i in range(0, len(packed), _UUID_BYTES))
-    return _array(UuidArray, count, elements, False)
+    # Each element is its length (16, in four bytes) and the UUID, filled in a byte position at a time.
+    step = _LENGTH.size + _UUID_BYTES
+    elements = bytearray(step * count)
+    elements[_LENGTH.size - 1 :: step] = bytes([_UUID_BYTES]) * count
+    for offset in range(_UUID_BYTES):
+        elements[_LENGTH.size + offset :: step] = packed[offset::_UUID_BYTES]
+    return _array(UuidArray, count, [bytes(elements)], False)
 
 
 def texts(values: Sequence[str | None]) -> TextArray:
@@ -122,8 +120,9 @@ def texts(values: Sequence[str | None]) -> TextArray:
 
 
 def byteas(values: Sequence[bytes]) -> ByteaArray:
-    pack = _LENGTH.pack
-    elements = [part for value in values for part in (pack(len(value)), value)]
+    elements: list[bytes] = [b""] * (2 * len(values))
+    elements[0::2] = map(_LENGTH.pack, map(len, values))
+    elements[1::2] = values
     return _array(ByteaArray, len(values), elements, False)
 
 
@@ -149,7 +148,7 @@ def timestamptzs(values: Sequence[datetime | None]) -> TimestamptzArray:
 
 def jsonb_objects(values: Sequence[dict[str, str]]) -> JsonbArray:
     """Objects as jsonb, an empty one as NULL (the statement stores '{}' for it)."""
-    texts_ = [json.dumps(value) if value else None for value in values]
+    texts_ = [json.dumps(value) if value else None for value in values] if any(values) else [None] * len(values)
     elements, has_null = _framed(texts_, _jsonb)
     return _array(JsonbArray, len(values), elements, has_null)
 

@@ -209,9 +209,15 @@ async def insert_plain_ids(
     count = len(batch)
     block = new_job_id_block(count)
     trace = batch.trace_context
-    max_attempts = [
-        given or policies[kind].max_attempts for kind, given in zip(batch.kinds, batch.max_attempts, strict=True)
-    ]
+    # By kind, then looked up per job with map(): a batch holds few kinds.
+    defaults = {kind: policy.max_attempts for kind, policy in policies.items()}
+    bases = {kind: policy.backoff_base_seconds for kind, policy in policies.items()}
+    caps = {kind: policy.backoff_cap_seconds for kind, policy in policies.items()}
+    max_attempts = (
+        [given or defaults[kind] for kind, given in zip(batch.kinds, batch.max_attempts, strict=True)]
+        if any(batch.max_attempts)
+        else list(map(defaults.__getitem__, batch.kinds))
+    )
     params = {
         "tenant": tenant,
         "actor": actor,
@@ -223,8 +229,8 @@ async def insert_plain_ids(
         "run_afters": binary_arrays.timestamptzs(batch.run_afters),
         "deadlines": binary_arrays.timestamptzs(batch.deadlines),
         "max_attempts": binary_arrays.int4s(max_attempts),
-        "backoff_bases": binary_arrays.float8s([policies[kind].backoff_base_seconds for kind in batch.kinds]),
-        "backoff_caps": binary_arrays.float8s([policies[kind].backoff_cap_seconds for kind in batch.kinds]),
+        "backoff_bases": binary_arrays.float8s(list(map(bases.__getitem__, batch.kinds))),
+        "backoff_caps": binary_arrays.float8s(list(map(caps.__getitem__, batch.kinds))),
         "labels": binary_arrays.jsonb_objects(batch.labels),
         "traceparents": binary_arrays.texts([trace.traceparent if trace else None] * count),
         "tracestates": binary_arrays.texts([trace.tracestate if trace else None] * count),
