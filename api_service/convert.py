@@ -460,6 +460,10 @@ def outcome_to_proto(outcome: ReportOutcome) -> worker_pb2.ReportOutcome:
     return _OUTCOME_TO_PROTO[outcome]
 
 
+def outcomes_to_proto(outcomes: Iterable[ReportOutcome]) -> list[worker_pb2.ReportOutcome]:
+    return list(map(_OUTCOME_TO_PROTO.__getitem__, outcomes))
+
+
 def failure_from_proto(request: worker_pb2.FailJobRequest) -> FailureReport:
     """A pushback needs no category (it is not a failure); any other report does."""
     lease = LeaseRef(JobId(request.job_id), FencingToken(request.fencing_token))

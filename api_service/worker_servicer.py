@@ -54,8 +54,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             outcomes = await self._reports.complete_plain(_worker_id(context), batch)
             return worker_pb2.CompleteJobsResponse(
                 outcomes=[
-                    worker_pb2.CompletionOutcome(job_id=job_id, outcome=convert.outcome_to_proto(outcome))
-                    for job_id, outcome in zip(batch.job_ids, outcomes, strict=True)
+                    worker_pb2.CompletionOutcome(job_id=job_id, outcome=outcome)
+                    for job_id, outcome in zip(batch.job_ids, convert.outcomes_to_proto(outcomes), strict=True)
                 ]
             )
         completions = [

@@ -44,7 +44,7 @@ from shared.domain.jobs import (
     RetryHint,
 )
 from shared.domain.results import RESULT_LIMIT_BYTES_DEFAULT, result_too_large
-from shared.domain.submission_rules import is_job_id
+from shared.domain.submission_rules import are_job_ids, is_job_id
 from shared.storage import (
     checkpoint_store,
     dependency_results,
@@ -211,9 +211,10 @@ class WorkerReports:
         if not self._storable_at_once(batch):
             return await self.complete_many(worker_id, batch.completions())
         outcomes = await lease_store.complete_alone(self._db, worker_id=worker_id, batch=batch)
-        for job_id, token, outcome in zip(batch.job_ids, batch.fencing_tokens, outcomes, strict=True):
-            if outcome is not ReportOutcome.ACCEPTED:
-                self._refused("completion", LeaseRef(job_id, token), outcome, worker_id)
+        if outcomes.count(ReportOutcome.ACCEPTED) < len(outcomes):
+            for job_id, token, outcome in zip(batch.job_ids, batch.fencing_tokens, outcomes, strict=True):
+                if outcome is not ReportOutcome.ACCEPTED:
+                    self._refused("completion", LeaseRef(job_id, token), outcome, worker_id)
         return outcomes
 
     def _storable_at_once(self, batch: CompletionBatch) -> bool:
@@ -221,7 +222,7 @@ class WorkerReports:
         twice, no result over the maximum. Otherwise complete_many names the problem or fails the attempt."""
         return (
             0 < len(batch) <= REPORT_BATCH_MAX
-            and all(map(is_job_id, batch.job_ids))
+            and are_job_ids(batch.job_ids)
             and min(batch.fencing_tokens) >= 1
             and len(set(batch.job_ids)) == len(batch)
             and max(map(len, batch.results)) <= self._max_result_bytes

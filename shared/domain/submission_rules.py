@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from shared.domain.errors import FieldViolation, InvalidArgument, ViolationCollector
@@ -53,6 +53,11 @@ _JOB_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{
 def is_job_id(value: str) -> bool:
     """Checked for every id of every report batch: a pattern, five times faster than parsing a UUID."""
     return _JOB_ID.fullmatch(value) is not None
+
+
+def are_job_ids(values: Iterable[str]) -> bool:
+    """is_job_id of each, without a Python call per value (a report batch holds up to a thousand)."""
+    return all(map(_JOB_ID.fullmatch, values))
 
 
 def check_job_id(value: str, field_name: str = "job_id") -> None:

@@ -213,7 +213,7 @@ async def complete_alone(db: Database, *, worker_id: str, batch: CompletionBatch
     are diagnosed after its COMMIT."""
     rows = await db.run_alone_tuples(queries.JOB_COMPLETE_BATCH, _complete_params(worker_id, batch))
     finished = _finished(rows)
-    if all(pair in finished for pair in zip(batch.job_ids, batch.fencing_tokens, strict=True)):
+    if len(finished) == len(batch):  # every one completed: the job ids are distinct
         return _outcomes(batch, finished, {})
     async with db.transaction() as conn:
         return _outcomes(batch, finished, await _refused_why(conn, batch, finished))
@@ -266,9 +266,14 @@ async def _refused_why(
 def _outcomes(
     batch: CompletionBatch, finished: dict[tuple[str, int], str], refused_why: dict[JobId, ReportOutcome]
 ) -> list[ReportOutcome]:
-    pairs = list(zip(batch.job_ids, batch.fencing_tokens, strict=True))
-    outcomes = [_COMPLETED.get(finished.get(pair, "")) for pair in pairs]
-    return [outcome or refused_why[job_id] for outcome, (job_id, _) in zip(outcomes, pairs, strict=True)]
+    """In input order: what each completed job's state answers, else why it was refused."""
+    states = map(finished.get, zip(batch.job_ids, batch.fencing_tokens, strict=True))
+    if not refused_why:
+        return list(map(_COMPLETED.__getitem__, states))  # type: ignore[arg-type]  # each pair is in finished
+    return [
+        _COMPLETED[state] if state is not None else refused_why[job_id]
+        for job_id, state in zip(batch.job_ids, states, strict=True)
+    ]
 
 
 # The states a completion leaves its job in, as the statement returns them, and what each answers.
