@@ -14,7 +14,7 @@ import psycopg
 import psycopg.errors
 from psycopg.abc import Params
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import AsyncRowFactory, DictRow, Row, TupleRow, dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from shared.domain.errors import (
@@ -271,13 +271,23 @@ class Database:
         bounds, the statement, COMMIT). Bounded as every transaction is (the caller's deadline, else the
         pool's; the watchdog), and failing as one does: nothing written unless the answer is OK or
         indeterminate. For a statement that needs nothing else in its transaction."""
+        return await self._alone(query, params, tenant, dict_row)
+
+    async def run_alone_tuples(self, query: str, params: Params, tenant: str | None = None) -> list[TupleRow]:
+        """As run_alone, the rows as tuples in the statement's column order: cheaper by the row."""
+        return await self._alone(query, params, tenant, tuple_row)
+
+    async def _alone(
+        self, query: str, params: Params, tenant: str | None, row_factory: AsyncRowFactory[Row]
+    ) -> list[Row]:
         async with self._bounded_connection() as (conn, deadline):
             try:
                 # The statements of one pipeline up to its sync run in one implicit transaction, so the
                 # bounds hold for the statement and end with it, as a transaction's local settings do.
                 async with conn.pipeline():
                     await _scope(conn, tenant, deadline - time.monotonic())
-                    cur = await conn.execute(query, params)
+                    cur = conn.cursor(row_factory=row_factory)
+                    await cur.execute(query, params)
             except psycopg.errors.ReadOnlySqlTransaction:
                 await conn.close()  # as in `transaction`
                 raise
