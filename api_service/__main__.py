@@ -16,6 +16,7 @@ from prometheus_client import disable_created_metrics
 from api_service.server import serve
 from api_service.settings import ApiSettings
 from api_service.usecases.admin_config import AdminConfig
+from shared import event_loop
 from shared.domain.admin import Actor
 from shared.domain.errors import InvalidArgument, JobsError
 from shared.env_settings import LOG_LEVEL_DEFAULT, SettingsError, env_log_level
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = ApiSettings.from_env(os.environ)
         configure_logging(settings.log_level, "api_service")
         pace_garbage_collector()
-        asyncio.run(serve(settings))
+        event_loop.run(serve(settings), os.environ)
         return 0
     except SettingsError as exc:
         log.error("configuration error: %s", exc)

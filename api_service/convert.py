@@ -5,8 +5,10 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from itertools import chain
+from operator import attrgetter, itemgetter
 from typing import cast
 
 from google.protobuf import duration_pb2, timestamp_pb2
@@ -21,6 +23,7 @@ from shared.domain.job_logs import AttemptLog, JobLogLine, LogLine, LogPosition
 from shared.domain.jobs import (
     ChildJob,
     Completion,
+    CompletionBatch,
     Debounce,
     ErrorCategory,
     FailOutcome,
@@ -35,6 +38,7 @@ from shared.domain.jobs import (
     ListFilter,
     NewJob,
     PageCursor,
+    PlainBatch,
     ReleaseReport,
     ReportOutcome,
     RetryHint,
@@ -128,6 +132,50 @@ def new_job_from_proto(
         debounce=_debounce(request),
         trace_context=trace_context,
     )
+
+
+_SUBMISSION_FIELDS = jobs_pb2.SubmitJobRequest.DESCRIPTOR.fields_by_name
+# What a submission of a plain batch may set; a message sets only these, or it takes the general path.
+_PLAIN_SCALARS = frozenset(_SUBMISSION_FIELDS[name] for name in ("kind", "payload", "priority", "max_attempts"))
+_PLAIN_OTHERS = frozenset(_SUBMISSION_FIELDS[name] for name in ("run_after", "deadline", "labels"))
+
+
+def plain_batch_from_proto(
+    items: Sequence[jobs_pb2.SubmitJobRequest], trace_context: TraceContext | None = None
+) -> PlainBatch | None:
+    """SubmitJobs' submissions as one PlainBatch, when every one is plain (jobs.py, _is_plain) and its times
+    convert; None otherwise, and new_job_from_proto, item by item, takes them (and names a bad time). Read
+    with map() rather than a loop: 500 submissions a call."""
+    if not items:
+        return None
+    items = list(items)  # each pass over the repeated field makes a Python object per message again
+    given = set(map(_FIELD, chain.from_iterable(map(_LIST_FIELDS, items))))
+    others = given - _PLAIN_SCALARS
+    if not others <= _PLAIN_OTHERS:
+        return None
+    count = len(items)
+    batch = PlainBatch(
+        kinds=list(map(_KIND, items)),
+        payloads=list(map(_PAYLOAD, items)),
+        priorities=list(map(_PRIORITY, items)),
+        max_attempts=list(map(_MAX_ATTEMPTS, items)),
+        run_afters=[None] * count,
+        deadlines=[None] * count,
+        labels=[dict(item.labels) if item.labels else {} for item in items] if others else [{}] * count,
+        trace_context=trace_context,
+    )
+    try:
+        for field, column in (("run_after", batch.run_afters), ("deadline", batch.deadlines)):
+            if _SUBMISSION_FIELDS[field] in others:
+                column[:] = [_datetime(item, field) for item in items]
+    except InvalidArgument:
+        return None
+    return batch
+
+
+_LIST_FIELDS = jobs_pb2.SubmitJobRequest.ListFields
+_FIELD = itemgetter(0)
+_KIND, _PAYLOAD, _PRIORITY, _MAX_ATTEMPTS = map(attrgetter, ("kind", "payload", "priority", "max_attempts"))
 
 
 def _debounce(request: jobs_pb2.SubmitJobRequest) -> Debounce | None:
@@ -372,6 +420,18 @@ def lease_status_to_proto(status: LeaseStatus) -> worker_pb2.LeaseStatus:
     )
 
 
+def completion_batch_from_proto(items: Sequence[worker_pb2.CompleteJobRequest]) -> CompletionBatch | None:
+    """The completions as columns, when none carries children (else None: completion_from_proto takes them)."""
+    items = list(items)  # as in plain_batch_from_proto
+    if any(map(_CHILDREN, items)):
+        return None
+    # JobId and FencingToken are the str and int they name.
+    return CompletionBatch(list(map(_JOB_ID, items)), list(map(_FENCING_TOKEN, items)), list(map(_RESULT, items)))
+
+
+_CHILDREN, _JOB_ID, _FENCING_TOKEN, _RESULT = map(attrgetter, ("children", "job_id", "fencing_token", "result"))
+
+
 def completion_from_proto(request: worker_pb2.CompleteJobRequest, prefix: str = "") -> Completion:
     if not request.children:
         return Completion(JobId(request.job_id), FencingToken(request.fencing_token), request.result)
@@ -398,6 +458,10 @@ def job_error_from_proto(error: jobs_pb2.JobError) -> JobError:
 
 def outcome_to_proto(outcome: ReportOutcome) -> worker_pb2.ReportOutcome:
     return _OUTCOME_TO_PROTO[outcome]
+
+
+def outcomes_to_proto(outcomes: Iterable[ReportOutcome]) -> list[worker_pb2.ReportOutcome]:
+    return list(map(_OUTCOME_TO_PROTO.__getitem__, outcomes))
 
 
 def failure_from_proto(request: worker_pb2.FailJobRequest) -> FailureReport:

@@ -63,6 +63,11 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
 
     async def SubmitJobs(self, request: jobs_pb2.SubmitJobsRequest, context: Context) -> jobs_pb2.SubmitJobsResponse:
         trace = convert.trace_context_from_metadata(context.invocation_metadata())
+        plain = convert.plain_batch_from_proto(request.jobs, trace) if request.ids_only else None
+        if plain is not None:
+            await self._admission.admit(_tenant(), len(plain))
+            job_ids = await self._submissions.submit_plain_ids(_tenant(), current_principal().name, plain)
+            return jobs_pb2.SubmitJobsResponse(job_ids=job_ids, created=[True] * len(job_ids))
         jobs = [convert.new_job_from_proto(item, f"jobs[{i}].", trace) for i, item in enumerate(request.jobs)]
         await self._admission.admit(_tenant(), len(jobs))
         if request.ids_only:

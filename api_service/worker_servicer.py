@@ -49,6 +49,15 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     async def CompleteJobs(
         self, request: worker_pb2.CompleteJobsRequest, context: Context
     ) -> worker_pb2.CompleteJobsResponse:
+        batch = convert.completion_batch_from_proto(request.completions)
+        if batch is not None:
+            outcomes = await self._reports.complete_plain(_worker_id(context), batch)
+            return worker_pb2.CompleteJobsResponse(
+                outcomes=[
+                    worker_pb2.CompletionOutcome(job_id=job_id, outcome=outcome)
+                    for job_id, outcome in zip(batch.job_ids, convert.outcomes_to_proto(outcomes), strict=True)
+                ]
+            )
         completions = [
             convert.completion_from_proto(item, f"completions[{i}].") for i, item in enumerate(request.completions)
         ]

@@ -25,6 +25,7 @@ from prometheus_client import disable_created_metrics
 
 from api_service.server import serve
 from api_service.settings import ApiSettings
+from shared import event_loop
 from tests.process_fixtures import (
     FAST_WORKER_ENV,
     STARTUP_TIMEOUT_SECONDS,
@@ -83,7 +84,7 @@ class ServiceThread:
 
     def _run(self) -> None:
         try:
-            asyncio.run(self._serve())
+            event_loop.run(self._serve(), os.environ)
         except BaseException as exc:  # noqa: BLE001 - kept for the test, as a process's exit status would be
             self.error = exc
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from prometheus_client import disable_created_metrics
 
 from durable_jobs.logs import AttemptLogHandler
+from shared import event_loop
 from shared.domain.errors import JobsError
 from shared.env_settings import LOG_LEVEL_DEFAULT, SettingsError, split_host_port
 from shared.garbage_collection import pace_garbage_collector
@@ -109,7 +110,7 @@ def main() -> int:
         # own loggers' are not: they are the service's, not the job's).
         logging.getLogger().addHandler(AttemptLogHandler(skipped=SERVICE_LOGGERS))
         pace_garbage_collector()
-        asyncio.run(run(settings))
+        event_loop.run(run(settings), os.environ)
         return 0
     except SettingsError as exc:
         log.error("configuration error: %s", exc)

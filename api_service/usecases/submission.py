@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -22,9 +22,14 @@ from shared.domain.errors import (
 )
 from shared.domain.idempotency import input_digest, request_digest
 from shared.domain.ids import JobId, TenantId
-from shared.domain.jobs import ChildJob, ErrorCategory, Job, JobError, JobState, NewJob, SubmitOutcome
+from shared.domain.jobs import ChildJob, ErrorCategory, Job, JobError, JobState, NewJob, PlainBatch, SubmitOutcome
 from shared.domain.limit_keys import scope_submission_keys
-from shared.domain.submission_rules import DEDUPE_WINDOW_SECONDS_DEFAULT, SubmissionLimits, validate_new_job
+from shared.domain.submission_rules import (
+    DEDUPE_WINDOW_SECONDS_DEFAULT,
+    SubmissionLimits,
+    plain_batch_passes,
+    validate_new_job,
+)
 from shared.json_logging import job_fields
 from shared.storage import job_store, scheduling_store
 from shared.storage.database import Connection, Database, set_tenant
@@ -117,6 +122,29 @@ class SubmissionService:
         answers = {i: (job_id, True) for i, job_id in zip(plain, ids, strict=True)}
         answers.update((i, (outcome.job.job_id, outcome.created)) for i, (outcome, _) in rest.items())
         return [answers[i] for i in range(len(jobs))]
+
+    async def submit_plain_ids(self, tenant: TenantId, actor: str, batch: PlainBatch) -> list[JobId]:
+        """As submit_many_ids for a batch of plain submissions (all created), without a NewJob per item:
+        validated column by column, and item by item only when that finds one that may be wrong."""
+        await self._check_plain_batch(batch)
+        return await _outliving_its_caller(self._store_plain_ids(tenant, actor, batch))
+
+    async def _check_plain_batch(self, batch: PlainBatch) -> None:
+        """The checks of _check_batch, in its order and with its errors."""
+        if len(batch) > self._limits.max_batch_size:
+            raise InvalidArgument(FieldViolation("jobs", f"must hold at most {self._limits.max_batch_size}"))
+        known = await self._kinds.known(*set(batch.kinds))
+        if not plain_batch_passes(batch, limits=self._limits, known_kinds=known.keys()):
+            for index, job in enumerate(batch.new_jobs()):
+                validate_new_job(job, limits=self._limits, known_kinds=known.keys(), prefix=f"jobs[{index}].")
+
+    async def _store_plain_ids(self, tenant: TenantId, actor: str, batch: PlainBatch) -> list[JobId]:
+        policies = {kind: self._kinds.policy(kind) for kind in set(batch.kinds)}
+        async with self._db.transaction(tenant) as conn:
+            ids = await job_store.insert_plain_ids(conn, tenant, actor, batch, policies)
+        _log_created_plain(actor, tenant, zip(ids, batch.kinds, strict=True))
+        self._metrics.count_created_kinds(tenant, batch.kinds)
+        return ids
 
     async def _check_batch(self, jobs: Sequence[NewJob]) -> list[int]:
         """Validates a batch before anything is written; the indexes of its plain items."""
@@ -369,7 +397,7 @@ def _log_committed(actor: str, submitted: Sequence[tuple[SubmitOutcome, list[Job
             )
 
 
-def _log_created_plain(actor: str, tenant: TenantId, created: Sequence[tuple[JobId, str]]) -> None:
+def _log_created_plain(actor: str, tenant: TenantId, created: Iterable[tuple[JobId, str]]) -> None:
     """After COMMIT only: the line _log_committed writes for a new plain job, from its id and kind."""
     if not log.isEnabledFor(logging.INFO):
         return

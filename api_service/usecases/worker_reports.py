@@ -31,6 +31,7 @@ from shared.domain.jobs import (
     PUSHBACKS_UNCOUNTED_MAX,
     RETRY_AFTER_MAX_SECONDS,
     Completion,
+    CompletionBatch,
     ErrorCategory,
     FailOutcome,
     FailureReport,
@@ -43,7 +44,7 @@ from shared.domain.jobs import (
     RetryHint,
 )
 from shared.domain.results import RESULT_LIMIT_BYTES_DEFAULT, result_too_large
-from shared.domain.submission_rules import is_job_id
+from shared.domain.submission_rules import are_job_ids, is_job_id
 from shared.storage import (
     checkpoint_store,
     dependency_results,
@@ -203,6 +204,29 @@ class WorkerReports:
             if outcome is not ReportOutcome.ACCEPTED:
                 self._refused("completion", LeaseRef(completion.job_id, completion.fencing_token), outcome, worker_id)
         return [outcomes[c.job_id] for c in completions]
+
+    async def complete_plain(self, worker_id: str, batch: CompletionBatch) -> list[ReportOutcome]:
+        """As complete_many, for completions without children: when every one can be stored (checked
+        column by column), one statement from the columns, without an object per completion."""
+        if not self._storable_at_once(batch):
+            return await self.complete_many(worker_id, batch.completions())
+        outcomes = await lease_store.complete_alone(self._db, worker_id=worker_id, batch=batch)
+        if outcomes.count(ReportOutcome.ACCEPTED) < len(outcomes):
+            for job_id, token, outcome in zip(batch.job_ids, batch.fencing_tokens, outcomes, strict=True):
+                if outcome is not ReportOutcome.ACCEPTED:
+                    self._refused("completion", LeaseRef(job_id, token), outcome, worker_id)
+        return outcomes
+
+    def _storable_at_once(self, batch: CompletionBatch) -> bool:
+        """What complete_many checks before its statement, all passed: well-formed leases, no job named
+        twice, no result over the maximum. Otherwise complete_many names the problem or fails the attempt."""
+        return (
+            0 < len(batch) <= REPORT_BATCH_MAX
+            and are_job_ids(batch.job_ids)
+            and min(batch.fencing_tokens) >= 1
+            and len(set(batch.job_ids)) == len(batch)
+            and max(map(len, batch.results)) <= self._max_result_bytes
+        )
 
     async def _children_refused(self, parents: Sequence[Completion]) -> dict[JobId, str]:
         if not parents:

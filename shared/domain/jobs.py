@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -99,6 +100,50 @@ class NewJob:
     debounce: Debounce | None = None
     # From the request's metadata, not its fields: not part of the request an idempotency key names.
     trace_context: TraceContext | None = None
+
+
+@dataclass(frozen=True)
+class PlainBatch:
+    """Plain submissions of one call (SubmitJobs' common case: no key, resource, dependency or limit), as
+    columns in request order: the fields such a submission may set, one list each, and the call's trace
+    context. Carried as lists rather than a NewJob each, which cost more than all the rest of its path."""
+
+    kinds: list[str]
+    payloads: list[bytes]
+    priorities: list[int]
+    max_attempts: list[int]
+    run_afters: list[datetime | None]
+    deadlines: list[datetime | None]
+    labels: list[dict[str, str]]
+    trace_context: TraceContext | None = None
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    def new_jobs(self) -> list[NewJob]:
+        """The same submissions one by one, as the general path takes them."""
+        return [
+            NewJob(
+                kind=kind,
+                payload=payload,
+                priority=priority,
+                run_after=run_after,
+                max_attempts=max_attempts,
+                deadline=deadline,
+                labels=labels,
+                trace_context=self.trace_context,
+            )
+            for kind, payload, priority, max_attempts, run_after, deadline, labels in zip(
+                self.kinds,
+                self.payloads,
+                self.priorities,
+                self.max_attempts,
+                self.run_afters,
+                self.deadlines,
+                self.labels,
+                strict=True,
+            )
+        ]
 
 
 @dataclass(frozen=True)
@@ -215,6 +260,30 @@ class Completion:
     result: bytes
     # In the order the handler spawned them: a child may depend on the ones before it.
     children: tuple[ChildJob, ...] = ()
+
+
+@dataclass(frozen=True)
+class CompletionBatch:
+    """Completions without children (a worker's usual CompleteJobs) as columns, in request order."""
+
+    job_ids: list[JobId]
+    fencing_tokens: list[FencingToken]
+    results: list[bytes]
+
+    @classmethod
+    def of(cls, completions: Sequence[Completion]) -> CompletionBatch:
+        return cls(
+            [c.job_id for c in completions], [c.fencing_token for c in completions], [c.result for c in completions]
+        )
+
+    def __len__(self) -> int:
+        return len(self.job_ids)
+
+    def completions(self) -> list[Completion]:
+        return [
+            Completion(job_id, token, result)
+            for job_id, token, result in zip(self.job_ids, self.fencing_tokens, self.results, strict=True)
+        ]
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from shared.domain.errors import FieldViolation, InvalidArgument, ViolationCollector
-from shared.domain.jobs import NewJob
+from shared.domain.jobs import NewJob, PlainBatch
 from shared.domain.limit_keys import parse_submission_keys
 
 KIND_PATTERN = re.compile(r"^[a-z][a-z0-9._-]*$")
@@ -55,6 +55,11 @@ def is_job_id(value: str) -> bool:
     return _JOB_ID.fullmatch(value) is not None
 
 
+def are_job_ids(values: Iterable[str]) -> bool:
+    """is_job_id of each, without a Python call per value (a report batch holds up to a thousand)."""
+    return all(map(_JOB_ID.fullmatch, values))
+
+
 def check_job_id(value: str, field_name: str = "job_id") -> None:
     """Raises InvalidArgument unless `value` is shaped like a job id."""
     if not is_job_id(value):
@@ -90,6 +95,32 @@ def validate_new_job(
     if job.deadline is not None and job.run_after is not None and job.deadline <= job.run_after:
         v.add("deadline", "must be later than run_after")
     v.raise_if_any()
+
+
+def plain_batch_passes(batch: PlainBatch, *, limits: SubmissionLimits, known_kinds: Collection[str]) -> bool:
+    """Whether every submission of the batch passes validate_new_job, decided column by column: each kind
+    once, the extremes of the numbers, labels and times only where given. False when one may not: the
+    caller then runs validate_new_job on each, which names the problem."""
+    kinds_pass = all(
+        kind in known_kinds and len(kind) <= limits.max_kind_chars and KIND_PATTERN.fullmatch(kind)
+        for kind in set(batch.kinds)
+    )
+    if not kinds_pass or max(map(len, batch.payloads)) > limits.max_payload_bytes:
+        return False
+    if not PRIORITY_RANGE[0] <= min(batch.priorities) <= max(batch.priorities) <= PRIORITY_RANGE[1]:
+        return False
+    if not 0 <= min(batch.max_attempts) <= max(batch.max_attempts) <= MAX_ATTEMPTS_LIMIT:
+        return False
+    for labels in filter(None, batch.labels):
+        v = ViolationCollector()
+        _check_labels(v, labels, limits)
+        if v.violations:
+            return False
+    return all(
+        deadline > run_after
+        for deadline, run_after in zip(batch.deadlines, batch.run_afters, strict=True)
+        if deadline is not None and run_after is not None
+    )
 
 
 def _check_kind(v: ViolationCollector, kind: str, limits: SubmissionLimits, known: Collection[str]) -> None:

@@ -9,14 +9,13 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TypeVar
 
 import psycopg
 import psycopg.errors
 from psycopg.abc import Params
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import ExecStatus
-from psycopg.rows import AsyncRowFactory, DictRow, dict_row
+from psycopg.rows import AsyncRowFactory, DictRow, Row, TupleRow, dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from shared.domain.errors import (
@@ -39,7 +38,6 @@ from shared.storage.database_settings import PREPARE_THRESHOLD_DEFAULT
 from shared.storage.fault_injection import StatementFaults, pool_connection_kwargs
 
 Connection = psycopg.AsyncConnection[DictRow]
-Row = TypeVar("Row")
 TUPLES_OK = ExecStatus.TUPLES_OK
 
 # libpq settings every connection gets unless its URL sets them. A server that does not complete a
@@ -276,6 +274,10 @@ class Database:
         pool's; the watchdog), and failing as one does: nothing written unless the answer is OK or
         indeterminate. For a statement that needs nothing else in its transaction."""
         return await self.run_alone_as(dict_row, query, params, tenant)
+
+    async def run_alone_tuples(self, query: str, params: Params, tenant: str | None = None) -> list[TupleRow]:
+        """As run_alone, the rows as tuples in the statement's column order: cheaper by the row."""
+        return await self.run_alone_as(tuple_row, query, params, tenant)
 
     async def run_alone_as(
         self, rows: AsyncRowFactory[Row], query: str, params: Params, tenant: str | None = None, *, binary: bool = False

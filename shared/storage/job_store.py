@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -13,7 +13,7 @@ from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
-from shared.domain.ids import FencingToken, JobId, TenantId, new_job_ids
+from shared.domain.ids import FencingToken, JobId, TenantId, job_ids_from_block, new_job_id_block, new_job_ids
 from shared.domain.jobs import (
     ErrorCategory,
     Job,
@@ -26,9 +26,11 @@ from shared.domain.jobs import (
     ListFilter,
     NewJob,
     PageCursor,
+    PlainBatch,
 )
+from shared.domain.kinds import KindPolicy
 from shared.domain.paging import job_page
-from shared.storage import queries
+from shared.storage import binary_arrays, queries
 from shared.storage.database import Connection
 
 
@@ -197,6 +199,46 @@ async def insert_many_ids(conn: Connection, tenant: TenantId, actor: str, items:
     if cur.rowcount != len(items):
         raise RuntimeError(f"{len(items)} jobs to insert but {cur.rowcount} inserted")
     return [JobId(str(job_id)) for job_id in job_ids]
+
+
+async def insert_plain_ids(
+    conn: Connection, tenant: TenantId, actor: str, batch: PlainBatch, policies: Mapping[str, KindPolicy]
+) -> list[JobId]:
+    """As insert_many_ids, from a batch's columns (`policies` holds each of its kinds'): the parameters
+    are arrays in the binary format, made whole, not adapted value by value."""
+    count = len(batch)
+    block = new_job_id_block(count)
+    trace = batch.trace_context
+    # By kind, then looked up per job with map(): a batch holds few kinds.
+    defaults = {kind: policy.max_attempts for kind, policy in policies.items()}
+    bases = {kind: policy.backoff_base_seconds for kind, policy in policies.items()}
+    caps = {kind: policy.backoff_cap_seconds for kind, policy in policies.items()}
+    max_attempts = (
+        [given or defaults[kind] for kind, given in zip(batch.kinds, batch.max_attempts, strict=True)]
+        if any(batch.max_attempts)
+        else list(map(defaults.__getitem__, batch.kinds))
+    )
+    params = {
+        "tenant": tenant,
+        "actor": actor,
+        "parent_job_id": None,
+        "job_ids": binary_arrays.uuids(block),
+        "kinds": binary_arrays.texts(batch.kinds),
+        "payloads": binary_arrays.byteas(batch.payloads),
+        "priorities": binary_arrays.int4s(batch.priorities),
+        "run_afters": binary_arrays.timestamptzs(batch.run_afters),
+        "deadlines": binary_arrays.timestamptzs(batch.deadlines),
+        "max_attempts": binary_arrays.int4s(max_attempts),
+        "backoff_bases": binary_arrays.float8s(list(map(bases.__getitem__, batch.kinds))),
+        "backoff_caps": binary_arrays.float8s(list(map(caps.__getitem__, batch.kinds))),
+        "labels": binary_arrays.jsonb_objects(batch.labels),
+        "traceparents": binary_arrays.texts([trace.traceparent if trace else None] * count),
+        "tracestates": binary_arrays.texts([trace.tracestate if trace else None] * count),
+    }
+    cur = await conn.execute(queries.JOB_INSERT_MANY_IDS, params)
+    if cur.rowcount != count:
+        raise RuntimeError(f"{count} jobs to insert but {cur.rowcount} inserted")
+    return job_ids_from_block(block)
 
 
 def _insert_many_params(

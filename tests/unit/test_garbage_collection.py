@@ -33,9 +33,10 @@ def test_each_service_process_paces_it_before_it_serves(module, tmp_path):
     # The entry point's main() with settings that fail only after they are read: it has paced the
     # collector by then or never will, since serving is the next step.
     probe = (
-        "import gc, sys, asyncio\n"
+        "import gc, sys\n"
+        "from shared import event_loop\n"
         f"import {module}.__main__ as entry\n"
-        "asyncio.run = lambda coroutine: (coroutine.close(), print(gc.get_threshold()[0]))[1]\n"
+        "event_loop.run = lambda coroutine, env: (coroutine.close(), print(gc.get_threshold()[0]))[1]\n"
         "sys.exit(entry.main())\n"
     )
     tokens = tmp_path / "tokens.toml"

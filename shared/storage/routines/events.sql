@@ -55,19 +55,24 @@ BEGIN
         JOIN old_rows AS o ON o.job_id = n.job_id
         WHERE o.sequence IS DISTINCT FROM n.sequence;
         -- The running rows after the statement less those before, by the keys they are tallied under: rows
-        -- that stayed running with the same keys (a lease renewed) cancel out, and nothing is written.
+        -- that stayed running with the same keys (a lease renewed) cancel out, and nothing is written. Rows
+        -- are grouped by their keys past their kind's and tenant's only when they have some (most have
+        -- none): hashing each row's array cost a sixth of the statement.
         INSERT INTO job_running_tallies AS t (key, holder, running)
         SELECT d.key, pg_backend_pid(), sum(d.n)
         FROM (SELECT unnest(jobs_running_tally_keys(g.kind, g.tenant, g.running_keys)) AS key, g.n
-              FROM (SELECT n.kind, n.tenant, n.running_keys, count(*) AS n
+              FROM (SELECT n.kind, n.tenant, CASE WHEN cardinality(n.running_keys) > 2 THEN n.running_keys END
+                               AS running_keys,
+                           count(*) AS n
                     FROM new_rows AS n
                     WHERE n.state = 'running'
-                    GROUP BY n.kind, n.tenant, n.running_keys
+                    GROUP BY 1, 2, 3
                     UNION ALL
-                    SELECT o.kind, o.tenant, o.running_keys, -count(*)
+                    SELECT o.kind, o.tenant, CASE WHEN cardinality(o.running_keys) > 2 THEN o.running_keys END,
+                           -count(*)
                     FROM old_rows AS o
                     WHERE o.state = 'running'
-                    GROUP BY o.kind, o.tenant, o.running_keys) AS g) AS d
+                    GROUP BY 1, 2, 3) AS g) AS d
         GROUP BY d.key
         HAVING sum(d.n) <> 0
         ON CONFLICT (key, holder) DO UPDATE SET running = t.running + EXCLUDED.running;

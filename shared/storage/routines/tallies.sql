@@ -53,10 +53,14 @@ END $$;
 -- whatever commits after it, each such change carrying its own tally. Two sweeps correcting at once
 -- would each add the same difference, so one tends at a time (a lock in the project's range beside the
 -- migrations' and the metrics exporter's); a sweep that finds it taken leaves the work to the other.
+-- The running rows are read by an index scan, not a bitmap: the entries of jobs that stopped running are
+-- left in jobs_running_lease_idx until a vacuum, and a bitmap scan visits each one's heap row at every
+-- sweep (2 ms per 20,000 jobs run since), where an index scan marks them dead once and passes them after.
 CREATE OR REPLACE FUNCTION jobs_tend_running_tallies() RETURNS text[]
     LANGUAGE plpgsql VOLATILE
     SET search_path = public, pg_temp
     SET jit = off
+    SET enable_bitmapscan = off
     AS $$
 DECLARE
     corrected text[];
