@@ -488,7 +488,7 @@ class Worker:
         self._signal(Signal.REPORTED, job.job_id, "completed", outcome.value)
         if outcome is ReportOutcome.ACCEPTED:
             self._metrics.count_outcome(job.tenant, job.kind, AttemptOutcome.SUCCEEDED)
-            if log.isEnabledFor(logging.INFO):  # its fields are a dict per job, where INFO is seldom kept
+            if log.isEnabledFor(logging.INFO):  # its fields make a dict per job: only for a record kept
                 log.info("job succeeded", extra={**active.log_fields, "state": "succeeded"})
         else:
             self._refused(active, outcome)
