@@ -14,13 +14,16 @@ from worker_service.api_client import ApiClient, ApiUnreachable
 
 
 class ApiCheckpointBook:
-    """Made on the worker's event loop; `record_blocking` hops onto that loop from a handler's thread."""
+    """Made on the worker's event loop (`loop`, when the caller has it at hand); `record_blocking` hops onto
+    that loop from a handler's thread."""
 
-    def __init__(self, api: ApiClient, lease: LeaseRef, *, report_seconds: float) -> None:
+    def __init__(
+        self, api: ApiClient, lease: LeaseRef, *, report_seconds: float, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
         self._api = api
         self._lease = lease
         self._report_seconds = report_seconds
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop or asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
 
     async def record(self, stage: str, data: bytes) -> Checkpoint:

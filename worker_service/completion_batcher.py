@@ -22,7 +22,7 @@ BATCH_BYTES_MAX = 3 * 1024 * 1024
 CALLS_MAX_DEFAULT = 4
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
     completion: Completion
     # Monotonic time after which the lease has surely run out and retrying is pointless.
@@ -32,7 +32,8 @@ class _Pending:
     @property
     def size(self) -> int:
         # A completion's spawned jobs travel with it (at most CHILDREN_BYTES_MAX of them).
-        return len(self.completion.result) + sum(child_size(c.job) for c in self.completion.children)
+        children = self.completion.children
+        return len(self.completion.result) + (sum(child_size(c.job) for c in children) if children else 0)
 
 
 class CompletionBatcher:

@@ -14,13 +14,20 @@ from worker_service.api_client import ApiClient, ApiUnreachable
 
 
 class ApiDependencyResults:
-    """Made on the worker's event loop; `read_blocking` hops onto that loop from a handler's thread."""
+    """Made on the worker's event loop (`loop`, when the caller has it at hand); `read_blocking` hops onto
+    that loop from a handler's thread."""
 
-    def __init__(self, api: ApiClient, lease: LeaseRef, deadline: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        api: ApiClient,
+        lease: LeaseRef,
+        deadline: Callable[[], float],
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         self._api = api
         self._lease = lease
         self._deadline = deadline
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop or asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
 
     async def read(self) -> dict[JobId, bytes]:

@@ -92,6 +92,8 @@ class LogShipper:
 
     async def flush(self, job_id: JobId) -> None:
         """Sends the job's unsent lines now: the attempt is about to end, and its last words must land."""
+        if job_id not in self._pending and not self._sending.locked():
+            return  # nothing of the job's unsent, nor on its way: most jobs log nothing
         async with self._sending:
             with self._lock:
                 pending = self._pending.pop(job_id, None)
@@ -119,6 +121,8 @@ class LogShipper:
         return tuple(lines[-LOG_LINES_PER_CALL_MAX:])
 
     def forget(self, job_id: JobId) -> None:
+        if job_id not in self._pending and job_id not in self._held:
+            return
         with self._lock:
             self._pending.pop(job_id, None)
             self._held.discard(job_id)

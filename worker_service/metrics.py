@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
@@ -9,7 +10,7 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
-from shared.domain.jobs import ErrorCategory
+from shared.domain.jobs import ClaimedJob, ErrorCategory
 from shared.metric_labels import TenantLabeler
 from shared.pool_metrics import PoolStatsCollector
 from shared.process_metrics import register_process_metrics
@@ -146,11 +147,14 @@ class WorkerMetrics:
         for category in FAILURE_CATEGORIES:
             self._child(self.failures, label, kind, category)
 
-    def count_claim(self, tenant: str, kind: str, attempt: int) -> None:
-        label = self._tenant(tenant)
-        self._child(self.claimed, label, kind).inc()
-        if attempt > 1:
-            self._child(self.retries, label, kind).inc()
+    def count_claims(self, jobs: Iterable[ClaimedJob]) -> None:
+        """Counts a claim's jobs: an increment per tenant and kind, not one per job."""
+        counted = collections.Counter((job.tenant, job.kind, job.attempt > 1) for job in jobs)
+        for (tenant, kind, retried), count in counted.items():
+            label = self._tenant(tenant)
+            self._child(self.claimed, label, kind).inc(count)
+            if retried:
+                self._child(self.retries, label, kind).inc(count)
 
     def count_failure(self, tenant: str, kind: str, category: str) -> None:
         self._child(self.failures, self._tenant(tenant), kind, category).inc()

@@ -69,12 +69,16 @@ class ProgressReporter:
 
     async def flush(self, job_id: JobId) -> None:
         """Sends the job's unsent value now: the attempt is about to end, and its last word must land."""
+        if job_id not in self._pending:  # most jobs report no progress: no lock for them
+            return
         with self._lock:
             report = self._pending.pop(job_id, None)
         if report is not None:
             await self._send([report])
 
     def forget(self, job_id: JobId) -> None:
+        if job_id not in self._pending:
+            return
         with self._lock:
             self._pending.pop(job_id, None)
 

@@ -46,13 +46,18 @@ class AttemptSpan:
     def __init__(self, span: Any = None) -> None:
         self._span = span
 
-    async def record(self, invocation: Awaitable[bytes]) -> bytes:
-        """Awaits the handler, recording an exception it raises (with its stack) as a span event."""
+    def record(self, invocation: Awaitable[bytes]) -> Awaitable[bytes]:
+        """The handler's awaitable, recording an exception it raises (with its stack) as a span event;
+        as it is when there is no span to record on (most attempts: one coroutine less each)."""
+        if self._span is None:
+            return invocation
+        return self._recorded(invocation)
+
+    async def _recorded(self, invocation: Awaitable[bytes]) -> bytes:
         try:
             return await invocation
         except Exception as exc:
-            if self._span is not None:
-                self._span.record_exception(exc)
+            self._span.record_exception(exc)
             raise
 
     def failed(self, error: JobError) -> None:
@@ -78,6 +83,8 @@ class AttemptSpan:
 
 
 NO_SPAN = AttemptSpan()
+# Made once: an untraced attempt (most of them) needs no context manager of its own.
+_UNTRACED = contextlib.nullcontext(NO_SPAN)
 
 
 class AttemptTracer:
@@ -91,12 +98,14 @@ class AttemptTracer:
         self._recheck_at = 0.0
         self._unconfigured = False
 
-    @contextlib.contextmanager
-    def attempt(self, job: ClaimedJob) -> Iterator[AttemptSpan]:
+    def attempt(self, job: ClaimedJob) -> contextlib.AbstractContextManager[AttemptSpan]:
         """The attempt's span, current for the code run inside (the handler's own spans nest in it)."""
         if self._tracer is None or (job.trace_context is None and self._untraced()):
-            yield NO_SPAN
-            return
+            return _UNTRACED
+        return self._traced(self._tracer, job)
+
+    @contextlib.contextmanager
+    def _traced(self, tracer: Any, job: ClaimedJob) -> Iterator[AttemptSpan]:
         submitter = _span_context(job.trace_context)
         # Always from an empty context: whatever span is current in the claim loop is not the parent.
         parent = otel_context.Context()
@@ -105,7 +114,7 @@ class AttemptTracer:
             parent = trace.set_span_in_context(trace.NonRecordingSpan(submitter), parent)
         elif submitter is not None:
             links.append(trace.Link(submitter, {"jobs.link": "submitted_by"}))
-        with self._tracer.start_as_current_span(
+        with tracer.start_as_current_span(
             f"{OPERATION} {job.kind}",
             context=parent,
             kind=trace.SpanKind.CONSUMER,

@@ -11,7 +11,7 @@ import random
 import time
 import traceback
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from durable_jobs.handlers import (
     HandlerError,
@@ -109,7 +109,7 @@ class StopReason(enum.StrEnum):
 _RELEASED_ON_STOP = frozenset({StopReason.CANCEL_REQUESTED, StopReason.SHUTDOWN})
 
 
-@dataclass
+@dataclass(slots=True)
 class ActiveJob:
     claimed: ClaimedJob
     context: JobContext
@@ -125,8 +125,19 @@ class ActiveJob:
     stop_reason: StopReason | None = None
     # Once the handler returned, the report goes out whatever the heartbeats say: fencing decides.
     reporting: bool = False
-    log_fields: dict[str, object] = field(default_factory=dict)
     span: AttemptSpan = NO_SPAN
+
+    @property
+    def log_fields(self) -> dict[str, object]:
+        """The job's fields for a log record: made when a record is, not for every job."""
+        job = self.claimed
+        return {
+            "job_id": job.job_id,
+            "tenant": job.tenant,
+            "kind": job.kind,
+            "attempt": job.attempt,
+            "fencing_token": job.fencing_token,
+        }
 
 
 class Worker:
@@ -172,12 +183,16 @@ class Worker:
         self._new_lease = asyncio.Event()
         # A background duty that died (a refused credential, a bug) stops the replica.
         self._fatal: BaseException | None = None
+        # Taken once by run(): asking asyncio for the running loop at every job's start was several
+        # lookups per job.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def wake(self) -> None:
         self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Works until `stop` is set, then drains: running jobs get the grace period, the rest are released."""
+        self._loop = asyncio.get_running_loop()
         background = [
             asyncio.create_task(self._batcher.run(), name="completion-batcher"),
             asyncio.create_task(self._progress.run(), name="progress-reporter"),
@@ -273,6 +288,7 @@ class Worker:
             if free > 0:
                 limit = min(free, self._settings.claim_batch_max)
                 claimed = await self._claim(limit)
+                self._metrics.count_claims(claimed)
                 for job in claimed:
                     self._start(job)
                 if claimed and len(claimed) == limit:
@@ -333,6 +349,7 @@ class Worker:
             log.warning("could not hand %d jobs back (%s); their leases will expire", len(jobs), exc)
 
     def _start(self, job: ClaimedJob) -> None:
+        loop = self._loop or asyncio.get_running_loop()
         lease = LeaseRef(job.job_id, job.fencing_token)
         context = JobContext(
             job_id=job.job_id,
@@ -343,33 +360,21 @@ class Worker:
             max_attempts=job.max_attempts,
             fencing_token=job.fencing_token,
             receipt_book=DatabaseReceiptBook(self._db, lease),
-            checkpoints={checkpoint.stage: checkpoint for checkpoint in job.checkpoints},
-            checkpoint_book=ApiCheckpointBook(self._api, lease, report_seconds=self._settings.lease_seconds),
+            checkpoints={checkpoint.stage: checkpoint for checkpoint in job.checkpoints} if job.checkpoints else {},
+            checkpoint_book=ApiCheckpointBook(self._api, lease, report_seconds=self._settings.lease_seconds, loop=loop),
             progress_sink=self._progress.sink(lease),
             log_sink=self._logs.sink(lease),
-            dependency_source=ApiDependencyResults(self._api, lease, self._report_deadline),
+            dependency_source=ApiDependencyResults(self._api, lease, self._report_deadline, loop),
             traceparent=job.trace_context.traceparent if job.trace_context else None,
             tracestate=job.trace_context.tracestate if job.trace_context else None,
         )
-        active = ActiveJob(
-            claimed=job,
-            context=context,
-            lease=lease,
-            lease_deadline=time.monotonic() + self._settings.lease_seconds,
-            log_fields={
-                "job_id": job.job_id,
-                "tenant": job.tenant,
-                "kind": job.kind,
-                "attempt": job.attempt,
-                "fencing_token": job.fencing_token,
-            },
-        )
+        active = ActiveJob(job, context, lease, time.monotonic() + self._settings.lease_seconds)
         self._active[job.job_id] = active
         self._new_lease.set()
-        self._metrics.count_claim(job.tenant, job.kind, job.attempt)
-        log.debug("claimed", extra=active.log_fields)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("claimed", extra=active.log_fields)
         self._signal(Signal.CLAIMED, job.job_id)
-        active.task = asyncio.create_task(self._run(active), name=f"job-{job.job_id}")
+        active.task = loop.create_task(self._run(active), name=f"job-{job.job_id}")
 
     async def _run(self, active: ActiveJob) -> None:
         active.started = True
@@ -483,7 +488,8 @@ class Worker:
         self._signal(Signal.REPORTED, job.job_id, "completed", outcome.value)
         if outcome is ReportOutcome.ACCEPTED:
             self._metrics.count_outcome(job.tenant, job.kind, AttemptOutcome.SUCCEEDED)
-            log.info("job succeeded", extra={**active.log_fields, "state": "succeeded"})
+            if log.isEnabledFor(logging.INFO):  # its fields make a dict per job: only for a record kept
+                log.info("job succeeded", extra={**active.log_fields, "state": "succeeded"})
         else:
             self._refused(active, outcome)
 

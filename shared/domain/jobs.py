@@ -326,7 +326,9 @@ class ReleaseReport:
     last_lines: tuple[tuple[int, LogLine], ...] = ()
 
 
-@dataclass(frozen=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, which made building a
+# claimed row six times as costly, for the rows a worker makes most of. Nothing changes one after its claim.
+@dataclass(slots=True)
 class ClaimedJob:
     """A row a worker claimed: everything its handler needs, and the lease it holds."""
 

@@ -14,6 +14,7 @@ import psycopg
 import psycopg.errors
 from psycopg.abc import Params
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import ExecStatus
 from psycopg.rows import AsyncRowFactory, DictRow, Row, TupleRow, dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -37,6 +38,7 @@ from shared.storage.database_settings import PREPARE_THRESHOLD_DEFAULT
 from shared.storage.fault_injection import StatementFaults, pool_connection_kwargs
 
 Connection = psycopg.AsyncConnection[DictRow]
+TUPLES_OK = ExecStatus.TUPLES_OK
 
 # libpq settings every connection gets unless its URL sets them. A server that does not complete a
 # connection within connect_timeout is passed over for the next host of the URL (a hung server's kernel still
@@ -271,28 +273,31 @@ class Database:
         bounds, the statement, COMMIT). Bounded as every transaction is (the caller's deadline, else the
         pool's; the watchdog), and failing as one does: nothing written unless the answer is OK or
         indeterminate. For a statement that needs nothing else in its transaction."""
-        return await self._alone(query, params, tenant, dict_row)
+        return await self.run_alone_as(dict_row, query, params, tenant)
 
     async def run_alone_tuples(self, query: str, params: Params, tenant: str | None = None) -> list[TupleRow]:
         """As run_alone, the rows as tuples in the statement's column order: cheaper by the row."""
-        return await self._alone(query, params, tenant, tuple_row)
+        return await self.run_alone_as(tuple_row, query, params, tenant)
 
-    async def _alone(
-        self, query: str, params: Params, tenant: str | None, row_factory: AsyncRowFactory[Row]
+    async def run_alone_as(
+        self, rows: AsyncRowFactory[Row], query: str, params: Params, tenant: str | None = None, *, binary: bool = False
     ) -> list[Row]:
+        """`run_alone` with each row made by `rows`, and sent in the binary format when asked: a hot
+        statement's many rows decoded straight into their objects, with no dict per row on the way."""
         async with self._bounded_connection() as (conn, deadline):
             try:
                 # The statements of one pipeline up to its sync run in one implicit transaction, so the
                 # bounds hold for the statement and end with it, as a transaction's local settings do.
                 async with conn.pipeline():
                     await _scope(conn, tenant, deadline - time.monotonic())
-                    cur = conn.cursor(row_factory=row_factory)
-                    await cur.execute(query, params)
+                    cur = await conn.cursor(binary=binary, row_factory=rows).execute(query, params)
             except psycopg.errors.ReadOnlySqlTransaction:
                 await conn.close()  # as in `transaction`
                 raise
-            # A statement that returns no rows (a plain INSERT) has no description.
-            return await cur.fetchall() if cur.description is not None else []
+            # A statement that returns no rows (a plain INSERT) has none to fetch. Its status says so
+            # without the description, which is an object per column made anew at each reading.
+            result = cur.pgresult
+            return await cur.fetchall() if result is not None and result.status == TUPLES_OK else []
 
     @asynccontextmanager
     async def _bounded_connection(self) -> AsyncIterator[tuple[Connection, float]]:

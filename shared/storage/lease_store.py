@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from psycopg.rows import tuple_row
+from psycopg import AsyncCursor
+from psycopg.pq import ExecStatus
+from psycopg.rows import RowMaker, no_result, tuple_row
 
 from shared.domain.errors import RowsRejected
 from shared.domain.ids import FencingToken, JobId, TenantId
@@ -46,8 +49,9 @@ async def claim_batch(
     conn: Connection, *, worker_id: str, kinds: Sequence[str], limit: int, lease_seconds: float
 ) -> list[ClaimedJob]:
     """The claim inside the caller's transaction (tests, and callers that do more in it)."""
-    cur = await conn.execute(queries.JOB_CLAIM_BATCH, _claim_params(worker_id, kinds, limit, lease_seconds))
-    return _claimed(await cur.fetchall())
+    cur = conn.cursor(binary=True, row_factory=_claimed_job)
+    await cur.execute(queries.JOB_CLAIM_BATCH, _claim_params(worker_id, kinds, limit, lease_seconds))
+    return await cur.fetchall()
 
 
 async def claim_batch_alone(
@@ -56,32 +60,63 @@ async def claim_batch_alone(
     """The claim in a transaction of its own, in one round trip (`Database.run_alone`); what it returns
     is committed. One statement does the whole claim (routines/claim.sql), so nothing else belongs in
     its transaction."""
-    rows = await db.run_alone(queries.JOB_CLAIM_BATCH, _claim_params(worker_id, kinds, limit, lease_seconds))
-    return _claimed(rows)
+    params = _claim_params(worker_id, kinds, limit, lease_seconds)
+    # Binary: its timestamps and payloads are decoded with no text to parse, on both ends of the connection.
+    return await db.run_alone_as(_claimed_job, queries.JOB_CLAIM_BATCH, params, binary=True)
 
 
 def _claim_params(worker_id: str, kinds: Sequence[str], limit: int, lease_seconds: float) -> dict[str, Any]:
     return {"worker_id": worker_id, "kinds": list(kinds), "limit": limit, "lease_seconds": lease_seconds}
 
 
-def _claimed(rows: Sequence[dict[str, Any]]) -> list[ClaimedJob]:
-    return [
-        ClaimedJob(
-            job_id=JobId(row["job_id"]),
-            tenant=TenantId(row["tenant"]),
-            kind=row["kind"],
-            payload=bytes(row["payload"]),
-            attempt=row["attempts"],
-            max_attempts=row["max_attempts"],
-            fencing_token=FencingToken(row["fencing_token"]),
-            lease_expires_at=row["lease_expires_at"],
-            created_at=row["created_at"],
-            queued_since=row["queued_since"],
-            claimed_at=row["claimed_at"],
-            trace_context=TraceContext(row["traceparent"], row["tracestate"]) if row["traceparent"] else None,
+# As the result names them, in bytes: read from the result itself, not its description (an object per
+# column, made anew at each reading).
+_CLAIMED_COLUMNS = (
+    b"job_id",
+    b"tenant",
+    b"kind",
+    b"payload",
+    b"attempts",
+    b"max_attempts",
+    b"fencing_token",
+    b"lease_expires_at",
+    b"created_at",
+    b"queued_since",
+    b"claimed_at",
+    b"traceparent",
+    b"tracestate",
+)
+
+
+def _claimed_job(cursor: AsyncCursor[Any]) -> RowMaker[ClaimedJob]:
+    """Makes each claimed row into its ClaimedJob straight from the row's values (a worker's most
+    numerous rows: a dict per row first was a tenth of a claim's CPU), its columns found by name."""
+    result = cursor.pgresult
+    if result is None or result.status != ExecStatus.TUPLES_OK:
+        return no_result
+    names = [result.fname(number) for number in range(result.nfields)]
+    in_order = operator.itemgetter(*(names.index(name) for name in _CLAIMED_COLUMNS))
+
+    def claimed_job(values: Sequence[Any]) -> ClaimedJob:
+        (job_id, tenant, kind, payload, attempts, max_attempts, token, expires, created, queued, claimed,
+         traceparent, tracestate) = in_order(values)  # fmt: skip
+        trace = TraceContext(traceparent, tracestate) if traceparent else None
+        return ClaimedJob(
+            job_id,
+            tenant,
+            kind,
+            bytes(payload),
+            attempts,
+            max_attempts,
+            token,
+            expires,
+            created,
+            queued,
+            claimed,
+            trace,
         )
-        for row in rows
-    ]
+
+    return claimed_job
 
 
 def _transitions(rows: list[dict[str, Any]]) -> list[Transition]:

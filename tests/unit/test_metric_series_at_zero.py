@@ -6,12 +6,15 @@ API: every method with every status code, and the principals file's tenants with
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import grpc
 import pytest
 
 from api_service.metrics import COUNTED_METHODS, ApiMetrics, SubmissionMetrics, keep_arrival_series
 from api_service.principals import PrincipalDirectory
+from shared.domain.ids import FencingToken, JobId, TenantId
+from shared.domain.jobs import ClaimedJob
 from shared.metric_labels import OTHER_TENANT_LABEL
 from tests.conditions import wait_until
 from worker_service.metrics import FAILURE_CATEGORIES, AttemptOutcome, WorkerMetrics
@@ -23,6 +26,30 @@ KINDS = ("echo", "flaky")
 
 def _value(metrics: WorkerMetrics | ApiMetrics | SubmissionMetrics, name: str, **labels: str) -> float | None:
     return metrics.registry.get_sample_value(name, labels)
+
+
+def _claimed(tenant: str, kind: str, *, attempt: int) -> ClaimedJob:
+    now = datetime.now(UTC)
+    return ClaimedJob(JobId("j"), TenantId(tenant), kind, b"", attempt, 3, FencingToken(attempt), now, now, now, now)
+
+
+def test_a_claim_is_counted_per_tenant_and_kind_with_its_retries() -> None:
+    metrics = WorkerMetrics(tenant_limit=5)
+    metrics.know_kinds(KINDS)
+
+    metrics.count_claims(
+        [
+            _claimed("acme", "echo", attempt=1),
+            _claimed("acme", "echo", attempt=3),
+            _claimed("globex", "flaky", attempt=1),
+        ]
+    )
+
+    assert _value(metrics, "jobs_claimed_total", tenant="acme", kind="echo") == 2
+    assert _value(metrics, "jobs_retries_total", tenant="acme", kind="echo") == 1
+    assert _value(metrics, "jobs_claimed_total", tenant="globex", kind="flaky") == 1
+    assert _value(metrics, "jobs_retries_total", tenant="globex", kind="flaky") == 0
+    assert _value(metrics, "jobs_claimed_total", tenant="acme", kind="flaky") == 0
 
 
 def test_a_worker_creates_the_latency_series_of_its_kinds_before_any_claim() -> None:
@@ -39,7 +66,7 @@ def test_a_tenant_s_first_claim_creates_every_outcome_and_category_of_every_kind
     metrics = WorkerMetrics(tenant_limit=5)
     metrics.know_kinds(KINDS)
 
-    metrics.count_claim("acme", "echo", attempt=1)
+    metrics.count_claims([_claimed("acme", "echo", attempt=1)])
 
     assert _value(metrics, "jobs_claimed_total", tenant="acme", kind="echo") == 1
     assert _value(metrics, "jobs_claimed_total", tenant="acme", kind="flaky") == 0
@@ -55,8 +82,8 @@ def test_a_tenant_s_first_claim_creates_every_outcome_and_category_of_every_kind
 def test_a_kind_known_later_gets_the_series_of_the_tenants_already_known() -> None:
     metrics = WorkerMetrics(tenant_limit=1)
     metrics.know_kinds(["echo"])
-    metrics.count_claim("acme", "echo", attempt=1)
-    metrics.count_claim("globex", "echo", attempt=2)  # past the limit: counted as "other"
+    metrics.count_claims([_claimed("acme", "echo", attempt=1)])
+    metrics.count_claims([_claimed("globex", "echo", attempt=2)])  # past the limit: counted as "other"
 
     metrics.know_kinds(["flaky"])
 
