@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from shared.domain.jobs import Completion, ReportOutcome, child_size
@@ -20,6 +21,8 @@ BATCH_BYTES_MAX = 3 * 1024 * 1024
 # while a call travels wait for its answer before theirs can leave: at a hundred slots most of a job's
 # cycle was that wait. A few calls keep the API's group commit fed without a call per completion.
 CALLS_MAX_DEFAULT = 4
+# Told the API's verdict on one completion, or why none came, once; on the event loop, and it must not raise.
+Answer = Callable[[ReportOutcome | ApiUnreachable], None]
 
 
 @dataclass(slots=True)
@@ -27,7 +30,7 @@ class _Pending:
     completion: Completion
     # Monotonic time after which the lease has surely run out and retrying is pointless.
     deadline: float
-    outcome: asyncio.Future[ReportOutcome]
+    answer: Answer
 
     @property
     def size(self) -> int:
@@ -61,9 +64,23 @@ class CompletionBatcher:
 
     async def complete(self, completion: Completion, *, deadline: float) -> ReportOutcome:
         """Resolves with the API's verdict; raises ApiUnreachable when it never answered in time."""
-        pending = _Pending(completion, deadline, asyncio.get_running_loop().create_future())
-        self._queue.put_nowait(pending)  # unbounded: never waits
-        return await pending.outcome
+        outcome: asyncio.Future[ReportOutcome] = asyncio.get_running_loop().create_future()
+
+        def answer(verdict: ReportOutcome | ApiUnreachable) -> None:
+            if outcome.done():
+                return
+            if isinstance(verdict, ApiUnreachable):
+                outcome.set_exception(verdict)
+            else:
+                outcome.set_result(verdict)
+
+        self.submit(completion, deadline=deadline, answer=answer)
+        return await outcome
+
+    def submit(self, completion: Completion, *, deadline: float, answer: Answer) -> None:
+        """Queues the completion; `answer` hears the verdict, or ApiUnreachable when none came in time
+        (the batcher stopped included). Nothing waits: a job's task can end here, no future of its own."""
+        self._queue.put_nowait(_Pending(completion, deadline, answer))  # unbounded: never waits
 
     async def run(self) -> None:
         """Flushes on count, on bytes or after a short window, whichever comes first, up to `calls_max`
@@ -94,8 +111,7 @@ class CompletionBatcher:
             unsent.append(self._queue.get_nowait())
         self._gathering, self._carried = [], None
         for pending in unsent:
-            if not pending.outcome.done():
-                pending.outcome.set_exception(failure)
+            pending.answer(failure)
 
     def _call_done(self, call: asyncio.Task[None]) -> None:
         self._in_flight.discard(call)
@@ -140,11 +156,9 @@ class CompletionBatcher:
         except BaseException as exc:  # noqa: BLE001 - each waiter must hear about the failure, a cancel too
             failure = exc if isinstance(exc, ApiUnreachable) else ApiUnreachable(str(exc) or type(exc).__name__)
             for pending in batch:
-                if not pending.outcome.done():
-                    pending.outcome.set_exception(failure)
+                pending.answer(failure)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
         for pending, outcome in zip(batch, outcomes, strict=True):
-            if not pending.outcome.done():
-                pending.outcome.set_result(outcome)
+            pending.answer(outcome)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import enum
+import functools
 import logging
 import os
 import random
@@ -173,6 +174,9 @@ class Worker:
         self._progress = ProgressReporter(api, interval_seconds=settings.progress_interval_seconds)
         self._logs = LogShipper(api, interval_seconds=settings.progress_interval_seconds)
         self._active: dict[str, ActiveJob] = {}
+        # Set while no job is held: a job ends at its report's answer, which may come after its task ended.
+        self._settled = asyncio.Event()
+        self._settled.set()
         # Read when scraped: set at every claim and every job's end it took a lock per job.
         metrics.in_flight.set_function(lambda: len(self._active))
         # Twice the slots: a plain handler that ignores its stop keeps its thread after its slot is freed.
@@ -370,6 +374,7 @@ class Worker:
         )
         active = ActiveJob(job, context, lease, time.monotonic() + self._settings.lease_seconds)
         self._active[job.job_id] = active
+        self._settled.clear()
         self._new_lease.set()
         if log.isEnabledFor(logging.DEBUG):
             log.debug("claimed", extra=active.log_fields)
@@ -378,27 +383,36 @@ class Worker:
 
     async def _run(self, active: ActiveJob) -> None:
         active.started = True
+        answered_later = False
         try:
             with self._tracer.attempt(active.claimed) as active.span:
                 # Observed inside the attempt's span, so the observation can name its trace.
                 job = active.claimed
                 waited = max((job.claimed_at - job.queued_since).total_seconds(), 0.0)
                 self._metrics.observe_queue_wait(job.kind, waited, active.span.exemplar())
-                await self._execute_and_report(active)
+                answered_later = await self._execute_and_report(active)
         except Exception:  # noqa: BLE001 - one job's bug must not stop the replica
             log.exception("job runner failed", extra=active.log_fields)
         finally:
-            self._progress.forget(active.claimed.job_id)
-            self._logs.forget(active.claimed.job_id)
-            self._active.pop(active.claimed.job_id, None)
-            self.wake()
+            if not answered_later:
+                self._end(active)
 
-    async def _execute_and_report(self, active: ActiveJob) -> None:
+    def _end(self, active: ActiveJob) -> None:
+        """The job is no longer this replica's: its report was answered (or never will be)."""
+        self._progress.forget(active.claimed.job_id)
+        self._logs.forget(active.claimed.job_id)
+        self._active.pop(active.claimed.job_id, None)
+        if not self._active:
+            self._settled.set()
+        self.wake()
+
+    async def _execute_and_report(self, active: ActiveJob) -> bool:
+        """True when the job's completion is queued and its answer will end the job, not this task."""
         job = active.claimed
         stopped_before = active.stop_reason
         if stopped_before is not None:  # stopped before it began: the handler never runs
             await self._after_stop(active, stopped_before)
-            return
+            return False
         spec = self._registry.get(job.kind)
         started = time.monotonic()
         hint: RetryHint | None = None
@@ -414,13 +428,13 @@ class Worker:
             if reason not in _RELEASED_ON_STOP:  # a release carries the last lines itself
                 await self._flush_logs(active)
             await self._after_stop(active, reason)
-            return
+            return False
         except LeaseLost:
             # A receipt write found the lease gone: the job belongs to a newer attempt now.
             active.stop_reason = StopReason.LEASE_LOST
             active.span.stopped(StopReason.LEASE_LOST.value)
             await self._after_stop(active, StopReason.LEASE_LOST)
-            return
+            return False
         except PushedBack as exc:
             error = JobError(ErrorCategory.RETRYABLE, str(exc) or "pushed back")
             hint = RetryHint(exc.wait_seconds(), pushed_back=True, limit_key=exc.key)
@@ -440,9 +454,9 @@ class Worker:
         await self._progress.flush(job.job_id)
         await self._flush_logs(active)
         if error is None:
-            await self._report_completion(active, result)
-        else:
-            await self._report_failure(active, error, hint)
+            return await self._report_completion(active, result)
+        await self._report_failure(active, error, hint)
+        return False
 
     async def _flush_logs(self, active: ActiveJob) -> None:
         """The attempt's last lines go before its report: after it, the lease no longer admits them."""
@@ -469,21 +483,36 @@ class Worker:
     def _report_deadline(self) -> float:
         return time.monotonic() + self._settings.lease_seconds
 
-    async def _report_completion(self, active: ActiveJob, result: bytes) -> None:
-        job = active.claimed
+    async def _report_completion(self, active: ActiveJob, result: bytes) -> bool:
+        """True when the completion is queued for the batcher, whose answer ends the job. An untraced
+        attempt's task ends there: waking it again for the answer was a second step and a future per
+        job. A traced one waits, so that the answer is logged and counted inside the attempt's span."""
         too_large = result_too_large(len(result), self._settings.max_result_bytes)
         if too_large is not None:
             # Never sent: the API would refuse it, and another attempt would return as much again.
             active.span.failed(JobError(ErrorCategory.PERMANENT, too_large))
             await self._report_failure(active, JobError(ErrorCategory.PERMANENT, too_large))
-            return
+            return False
+        completion = Completion(
+            active.lease.job_id, active.lease.fencing_token, result, spawned_children(active.context)
+        )
+        if active.span is NO_SPAN:
+            answer = functools.partial(self._answered_later, active)
+            self._batcher.submit(completion, deadline=self._report_deadline(), answer=answer)
+            return True
         try:
-            outcome = await self._batcher.complete(
-                Completion(active.lease.job_id, active.lease.fencing_token, result, spawned_children(active.context)),
-                deadline=self._report_deadline(),
+            outcome: ReportOutcome | ApiUnreachable = await self._batcher.complete(
+                completion, deadline=self._report_deadline()
             )
         except ApiUnreachable as exc:
-            self._unreported(active, exc)
+            outcome = exc
+        self._completion_answered(active, outcome)
+        return False
+
+    def _completion_answered(self, active: ActiveJob, outcome: ReportOutcome | ApiUnreachable) -> None:
+        job = active.claimed
+        if isinstance(outcome, ApiUnreachable):
+            self._unreported(active, outcome)
             return
         self._signal(Signal.REPORTED, job.job_id, "completed", outcome.value)
         if outcome is ReportOutcome.ACCEPTED:
@@ -492,6 +521,15 @@ class Worker:
                 log.info("job succeeded", extra={**active.log_fields, "state": "succeeded"})
         else:
             self._refused(active, outcome)
+
+    def _answered_later(self, active: ActiveJob, outcome: ReportOutcome | ApiUnreachable) -> None:
+        """The batcher's answer to a completion whose task has ended: the job's end, as the task's would be."""
+        try:
+            self._completion_answered(active, outcome)
+        except Exception:  # noqa: BLE001 - one job's bug must not stop the batcher
+            log.exception("job runner failed", extra=active.log_fields)
+        finally:
+            self._end(active)
 
     async def _report_failure(self, active: ActiveJob, error: JobError, hint: RetryHint | None = None) -> None:
         job = active.claimed
@@ -640,27 +678,25 @@ class Worker:
             await wait_at_most(self._new_lease, min(upcoming) - now if upcoming else None)
 
     async def _drain(self) -> None:
-        """Said in the log at both ends, so that an operator watching a stop knows it is not hung."""
+        """Said in the log at both ends, so that an operator watching a stop knows it is not hung. Waits
+        for the jobs, not their tasks: a completed job's task ends once its completion is queued, and the
+        job once the batcher has its answer."""
         started = time.monotonic()
-        actives = list(self._active.values())
-        tasks = [a.task for a in actives if a.task is not None]
+        held = len(self._active)
         log.info(
             "draining: no new claims; %d running jobs get up to %.0fs to finish",
-            len(tasks),
+            held,
             self._settings.shutdown_grace_seconds,
         )
-        if tasks:
-            await asyncio.wait(tasks, timeout=self._settings.shutdown_grace_seconds)
+        await wait_at_most(self._settled, self._settings.shutdown_grace_seconds)
         unfinished = list(self._active.values())
         for active in unfinished:
             self._stop(active, StopReason.SHUTDOWN)
-        remaining = [a.task for a in self._active.values() if a.task is not None]
-        if remaining:
-            await asyncio.wait(remaining, timeout=RELEASE_DEADLINE_SECONDS + 1)
+        await wait_at_most(self._settled, RELEASE_DEADLINE_SECONDS + 1)
         log.info(
             "drained in %.1fs: %d jobs finished, %d handed back",
             time.monotonic() - started,
-            len(tasks) - len(unfinished),
+            held - len(unfinished),
             len(unfinished),
         )
 
