@@ -51,16 +51,14 @@ from worker_service.background_loops import (
     rescue_leases,
     tend_running_tallies,
 )
-from worker_service.checkpoint_book import ApiCheckpointBook
 from worker_service.completion_batcher import CompletionBatcher
-from worker_service.dependency_reader import ApiDependencyResults
 from worker_service.handler_executors import HandlerExecutors, HandlerProcessFailed
 from worker_service.health_server import WorkerHealth
 from worker_service.kind_publisher import KindPublisher
+from worker_service.lease_services import LeaseServices, ReplicaMeans, replica_means
 from worker_service.log_shipper import LeaseLog, LogShipper
 from worker_service.metrics import AttemptOutcome, WorkerMetrics
 from worker_service.progress_reporter import ProgressReporter
-from worker_service.receipt_book import DatabaseReceiptBook
 from worker_service.settings import WorkerSettings
 from worker_service.tracing import NO_SPAN, AttemptSpan, AttemptTracer
 from worker_service.worker_signals import Signal, SignalRecord, WorkerSignals
@@ -190,6 +188,7 @@ class Worker:
         # Taken once by run(): asking asyncio for the running loop at every job's start was several
         # lookups per job.
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._means: ReplicaMeans | None = None
 
     def wake(self) -> None:
         self._wake.set()
@@ -355,6 +354,7 @@ class Worker:
     def _start(self, job: ClaimedJob) -> None:
         loop = self._loop or asyncio.get_running_loop()
         lease = LeaseRef(job.job_id, job.fencing_token)
+        services = LeaseServices(self._means or self._take_means(), lease)
         context = JobContext(
             job_id=job.job_id,
             tenant=job.tenant,
@@ -363,12 +363,12 @@ class Worker:
             attempt=job.attempt,
             max_attempts=job.max_attempts,
             fencing_token=job.fencing_token,
-            receipt_book=DatabaseReceiptBook(self._db, lease),
+            receipt_book=services,
             checkpoints={checkpoint.stage: checkpoint for checkpoint in job.checkpoints} if job.checkpoints else {},
-            checkpoint_book=ApiCheckpointBook(self._api, lease, report_seconds=self._settings.lease_seconds, loop=loop),
-            progress_sink=self._progress.sink(lease),
+            checkpoint_book=services,
+            progress_sink=services,
             log_sink=self._logs.sink(lease),
-            dependency_source=ApiDependencyResults(self._api, lease, self._report_deadline, loop),
+            dependency_source=services,
             traceparent=job.trace_context.traceparent if job.trace_context else None,
             tracestate=job.trace_context.tracestate if job.trace_context else None,
         )
@@ -380,6 +380,13 @@ class Worker:
             log.debug("claimed", extra=active.log_fields)
         self._signal(Signal.CLAIMED, job.job_id)
         active.task = loop.create_task(self._run(active), name=f"job-{job.job_id}")
+
+    def _take_means(self) -> ReplicaMeans:
+        """What every attempt's services share; made at the first job's start, on the event loop."""
+        self._means = replica_means(
+            self._db, self._api, self._progress, self._settings.lease_seconds, self._report_deadline
+        )
+        return self._means
 
     async def _run(self, active: ActiveJob) -> None:
         active.started = True
