@@ -4,6 +4,7 @@ several calls in flight at once."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from collections.abc import Callable
@@ -53,7 +54,10 @@ class CompletionBatcher:
         self._flush_seconds = flush_seconds
         self._batch_max = batch_max
         self._batch_bytes_max = batch_bytes_max
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        # Unbounded, filled and emptied on the event loop: a deque and an event, where asyncio.Queue's
+        # put and get were a few Python calls each per job.
+        self._queued: collections.deque[_Pending] = collections.deque()
+        self._arrived = asyncio.Event()
         # Taken from the queue, but it would have made the last batch too large: it opens the next.
         self._carried: _Pending | None = None
         self._gathering: list[_Pending] = []
@@ -80,7 +84,8 @@ class CompletionBatcher:
     def submit(self, completion: Completion, *, deadline: float, answer: Answer) -> None:
         """Queues the completion; `answer` hears the verdict, or ApiUnreachable when none came in time
         (the batcher stopped included). Nothing waits: a job's task can end here, no future of its own."""
-        self._queue.put_nowait(_Pending(completion, deadline, answer))  # unbounded: never waits
+        self._queued.append(_Pending(completion, deadline, answer))
+        self._arrived.set()
 
     async def run(self) -> None:
         """Flushes on count, on bytes or after a short window, whichever comes first, up to `calls_max`
@@ -106,9 +111,8 @@ class CompletionBatcher:
 
     def _fail_unsent(self, failure: ApiUnreachable) -> None:
         """Nobody waits forever: what was gathered, carried or queued but never sent fails."""
-        unsent = [*self._gathering, *([self._carried] if self._carried else [])]
-        while not self._queue.empty():
-            unsent.append(self._queue.get_nowait())
+        unsent = [*self._gathering, *([self._carried] if self._carried else []), *self._queued]
+        self._queued.clear()
         self._gathering, self._carried = [], None
         for pending in unsent:
             pending.answer(failure)
@@ -118,7 +122,7 @@ class CompletionBatcher:
         self._calls.release()
 
     async def _gather(self) -> list[_Pending]:
-        first = self._carried or await self._queue.get()
+        first = self._carried or await self._take()
         self._carried = None
         # Kept where a cancel in the middle finds it (_fail_unsent).
         self._gathering = batch = [first]
@@ -138,16 +142,24 @@ class CompletionBatcher:
 
     async def _next(self, window_ends: float) -> _Pending | None:
         """What is queued already is taken at once; only an empty queue waits, for the window's rest."""
-        if not self._queue.empty():
-            return self._queue.get_nowait()
+        if self._queued:
+            return self._queued.popleft()
         remaining = window_ends - time.monotonic()
         if remaining <= 0:
             return None
         try:
             async with asyncio.timeout(remaining):  # not wait_for, which may drop a cancel on 3.11
-                return await self._queue.get()
+                return await self._take()
         except TimeoutError:
             return None
+
+    async def _take(self) -> _Pending:
+        """The next completion, waiting for one. Taken in the same step as the wait ends: a timeout or
+        a cancel can only come while nothing is taken."""
+        while not self._queued:
+            self._arrived.clear()
+            await self._arrived.wait()
+        return self._queued.popleft()
 
     async def _flush(self, batch: list[_Pending]) -> None:
         deadline = max(p.deadline for p in batch)

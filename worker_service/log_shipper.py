@@ -99,10 +99,14 @@ class LogShipper:
                 await self._send(batch)
             await pause(self._interval)
 
+    def holds(self, job_id: JobId) -> bool:
+        """Whether flush() has anything to do: most jobs log nothing, and need not await it."""
+        return job_id in self._pending or self._sending.locked()
+
     async def flush(self, job_id: JobId) -> None:
         """Sends the job's unsent lines now: the attempt is about to end, and its last words must land."""
-        if job_id not in self._pending and not self._sending.locked():
-            return  # nothing of the job's unsent, nor on its way: most jobs log nothing
+        if not self.holds(job_id):
+            return  # nothing of the job's unsent, nor on its way
         async with self._sending:
             with self._lock:
                 pending = self._pending.pop(job_id, None)

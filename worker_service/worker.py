@@ -458,7 +458,8 @@ class Worker:
             active.span.failed(error)
         active.reporting = True
         self.wake()  # the slot is free for the next claim
-        await self._progress.flush(job.job_id)
+        if self._progress.holds(job.job_id):
+            await self._progress.flush(job.job_id)
         await self._flush_logs(active)
         if error is None:
             return await self._report_completion(active, result)
@@ -469,7 +470,8 @@ class Worker:
         """The attempt's last lines go before its report: after it, the lease no longer admits them."""
         if isinstance(active.context.log_sink, LeaseLog):
             active.context.log_sink.close()
-        await self._logs.flush(active.claimed.job_id)
+        if self._logs.holds(active.claimed.job_id):
+            await self._logs.flush(active.claimed.job_id)
 
     async def _invoke(self, spec: HandlerSpec | None, context: JobContext) -> bytes:
         if spec is None:
