@@ -11,7 +11,7 @@ import os
 import random
 import time
 import traceback
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 
 from durable_jobs.handlers import (
@@ -424,7 +424,7 @@ class Worker:
         started = time.monotonic()
         hint: RetryHint | None = None
         try:
-            result = await active.span.record(self._invoke(spec, active.context))
+            result = _as_bytes(await active.span.record(self._invoke(spec, active.context)))
             error = None
         except asyncio.CancelledError:
             reason = active.stop_reason
@@ -432,8 +432,9 @@ class Worker:
                 raise
             _uncancel_current_task()
             self._metrics.observe_execution(job.kind, time.monotonic() - started, active.span.exemplar())
-            if reason not in _RELEASED_ON_STOP:  # a release carries the last lines itself
-                await self._flush_logs(active)
+            # A release carries the last lines itself.
+            if reason not in _RELEASED_ON_STOP and self._lines_left(active):
+                await self._logs.flush(job.job_id)
             await self._after_stop(active, reason)
             return False
         except LeaseLost:
@@ -460,31 +461,36 @@ class Worker:
         self.wake()  # the slot is free for the next claim
         if self._progress.holds(job.job_id):
             await self._progress.flush(job.job_id)
-        await self._flush_logs(active)
+        if self._lines_left(active):
+            await self._logs.flush(job.job_id)
         if error is None:
             return await self._report_completion(active, result)
         await self._report_failure(active, error, hint)
         return False
 
-    async def _flush_logs(self, active: ActiveJob) -> None:
-        """The attempt's last lines go before its report: after it, the lease no longer admits them."""
+    def _lines_left(self, active: ActiveJob) -> bool:
+        """Closes the attempt's log; whether lines are left to flush. The attempt's last lines go before
+        its report: after it, the lease no longer admits them. Most jobs log nothing: no flush to await."""
         if isinstance(active.context.log_sink, LeaseLog):
             active.context.log_sink.close()
-        if self._logs.holds(active.claimed.job_id):
-            await self._logs.flush(active.claimed.job_id)
+        return self._logs.holds(active.claimed.job_id)
 
-    async def _invoke(self, spec: HandlerSpec | None, context: JobContext) -> bytes:
+    def _invoke(self, spec: HandlerSpec | None, context: JobContext) -> Awaitable[object]:
+        """The handler's run; a coroutine of its own only when a timeout bounds it."""
         if spec is None:
             raise PermanentError(f"no handler for kind {context.kind!r} in this replica")
         if spec.policy.timeout_seconds is None:
-            return _as_bytes(await self._executors.run(spec, context))
+            return self._executors.run(spec, context)
+        return self._timed(spec, context, spec.policy.timeout_seconds)
+
+    async def _timed(self, spec: HandlerSpec, context: JobContext, timeout_seconds: float) -> object:
         try:
-            async with asyncio.timeout(spec.policy.timeout_seconds) as scope:
-                return _as_bytes(await self._executors.run(spec, context))
+            async with asyncio.timeout(timeout_seconds) as scope:
+                return await self._executors.run(spec, context)
         except TimeoutError:
             if not scope.expired():
                 raise
-            message = f"timed out after {spec.policy.timeout_seconds:g}s"
+            message = f"timed out after {timeout_seconds:g}s"
             if spec.policy.external_side_effects:
                 raise _AttemptTimedOut(JobError(ErrorCategory.OUTCOME_UNKNOWN, message)) from None
             raise _AttemptTimedOut(_unless_unconfirmed(message, context)) from None
