@@ -18,13 +18,20 @@ class ApiCheckpointBook:
     that loop from a handler's thread."""
 
     def __init__(
-        self, api: ApiClient, lease: LeaseRef, *, report_seconds: float, loop: asyncio.AbstractEventLoop | None = None
+        self,
+        api: ApiClient,
+        lease: LeaseRef,
+        *,
+        report_seconds: float,
+        loop: asyncio.AbstractEventLoop | None = None,
+        loop_thread: int | None = None,
     ) -> None:
         self._api = api
         self._lease = lease
         self._report_seconds = report_seconds
         self._loop = loop or asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
+        # The loop's thread: the caller's unless said (a book made in a handler's thread says it).
+        self._loop_thread = loop_thread or threading.get_ident()
 
     async def record(self, stage: str, data: bytes) -> Checkpoint:
         try:

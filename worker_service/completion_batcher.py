@@ -4,8 +4,10 @@ several calls in flight at once."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from shared.domain.jobs import Completion, ReportOutcome, child_size
@@ -20,6 +22,8 @@ BATCH_BYTES_MAX = 3 * 1024 * 1024
 # while a call travels wait for its answer before theirs can leave: at a hundred slots most of a job's
 # cycle was that wait. A few calls keep the API's group commit fed without a call per completion.
 CALLS_MAX_DEFAULT = 4
+# Told the API's verdict on one completion, or why none came, once; on the event loop, and it must not raise.
+Answer = Callable[[ReportOutcome | ApiUnreachable], None]
 
 
 @dataclass(slots=True)
@@ -27,7 +31,7 @@ class _Pending:
     completion: Completion
     # Monotonic time after which the lease has surely run out and retrying is pointless.
     deadline: float
-    outcome: asyncio.Future[ReportOutcome]
+    answer: Answer
 
     @property
     def size(self) -> int:
@@ -50,7 +54,10 @@ class CompletionBatcher:
         self._flush_seconds = flush_seconds
         self._batch_max = batch_max
         self._batch_bytes_max = batch_bytes_max
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        # Unbounded, filled and emptied on the event loop: a deque and an event, where asyncio.Queue's
+        # put and get were a few Python calls each per job.
+        self._queued: collections.deque[_Pending] = collections.deque()
+        self._arrived = asyncio.Event()
         # Taken from the queue, but it would have made the last batch too large: it opens the next.
         self._carried: _Pending | None = None
         self._gathering: list[_Pending] = []
@@ -61,9 +68,24 @@ class CompletionBatcher:
 
     async def complete(self, completion: Completion, *, deadline: float) -> ReportOutcome:
         """Resolves with the API's verdict; raises ApiUnreachable when it never answered in time."""
-        pending = _Pending(completion, deadline, asyncio.get_running_loop().create_future())
-        self._queue.put_nowait(pending)  # unbounded: never waits
-        return await pending.outcome
+        outcome: asyncio.Future[ReportOutcome] = asyncio.get_running_loop().create_future()
+
+        def answer(verdict: ReportOutcome | ApiUnreachable) -> None:
+            if outcome.done():
+                return
+            if isinstance(verdict, ApiUnreachable):
+                outcome.set_exception(verdict)
+            else:
+                outcome.set_result(verdict)
+
+        self.submit(completion, deadline=deadline, answer=answer)
+        return await outcome
+
+    def submit(self, completion: Completion, *, deadline: float, answer: Answer) -> None:
+        """Queues the completion; `answer` hears the verdict, or ApiUnreachable when none came in time
+        (the batcher stopped included). Nothing waits: a job's task can end here, no future of its own."""
+        self._queued.append(_Pending(completion, deadline, answer))
+        self._arrived.set()
 
     async def run(self) -> None:
         """Flushes on count, on bytes or after a short window, whichever comes first, up to `calls_max`
@@ -89,20 +111,18 @@ class CompletionBatcher:
 
     def _fail_unsent(self, failure: ApiUnreachable) -> None:
         """Nobody waits forever: what was gathered, carried or queued but never sent fails."""
-        unsent = [*self._gathering, *([self._carried] if self._carried else [])]
-        while not self._queue.empty():
-            unsent.append(self._queue.get_nowait())
+        unsent = [*self._gathering, *([self._carried] if self._carried else []), *self._queued]
+        self._queued.clear()
         self._gathering, self._carried = [], None
         for pending in unsent:
-            if not pending.outcome.done():
-                pending.outcome.set_exception(failure)
+            pending.answer(failure)
 
     def _call_done(self, call: asyncio.Task[None]) -> None:
         self._in_flight.discard(call)
         self._calls.release()
 
     async def _gather(self) -> list[_Pending]:
-        first = self._carried or await self._queue.get()
+        first = self._carried or await self._take()
         self._carried = None
         # Kept where a cancel in the middle finds it (_fail_unsent).
         self._gathering = batch = [first]
@@ -122,16 +142,24 @@ class CompletionBatcher:
 
     async def _next(self, window_ends: float) -> _Pending | None:
         """What is queued already is taken at once; only an empty queue waits, for the window's rest."""
-        if not self._queue.empty():
-            return self._queue.get_nowait()
+        if self._queued:
+            return self._queued.popleft()
         remaining = window_ends - time.monotonic()
         if remaining <= 0:
             return None
         try:
             async with asyncio.timeout(remaining):  # not wait_for, which may drop a cancel on 3.11
-                return await self._queue.get()
+                return await self._take()
         except TimeoutError:
             return None
+
+    async def _take(self) -> _Pending:
+        """The next completion, waiting for one. Taken in the same step as the wait ends: a timeout or
+        a cancel can only come while nothing is taken."""
+        while not self._queued:
+            self._arrived.clear()
+            await self._arrived.wait()
+        return self._queued.popleft()
 
     async def _flush(self, batch: list[_Pending]) -> None:
         deadline = max(p.deadline for p in batch)
@@ -140,11 +168,9 @@ class CompletionBatcher:
         except BaseException as exc:  # noqa: BLE001 - each waiter must hear about the failure, a cancel too
             failure = exc if isinstance(exc, ApiUnreachable) else ApiUnreachable(str(exc) or type(exc).__name__)
             for pending in batch:
-                if not pending.outcome.done():
-                    pending.outcome.set_exception(failure)
+                pending.answer(failure)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             return
         for pending, outcome in zip(batch, outcomes, strict=True):
-            if not pending.outcome.done():
-                pending.outcome.set_result(outcome)
+            pending.answer(outcome)

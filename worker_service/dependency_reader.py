@@ -23,12 +23,14 @@ class ApiDependencyResults:
         lease: LeaseRef,
         deadline: Callable[[], float],
         loop: asyncio.AbstractEventLoop | None = None,
+        loop_thread: int | None = None,
     ) -> None:
         self._api = api
         self._lease = lease
         self._deadline = deadline
         self._loop = loop or asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
+        # The loop's thread: the caller's unless said (a reader made in a handler's thread says it).
+        self._loop_thread = loop_thread or threading.get_ident()
 
     async def read(self) -> dict[JobId, bytes]:
         """Raises LeaseLost when this attempt's lease is no longer the job's current one."""

@@ -6,9 +6,11 @@ one closing line says how many were not kept."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
 import time
+from collections.abc import Iterator
 
 from durable_jobs.logs import BoundedLog, LogLine
 from shared.domain.ids import JobId
@@ -23,31 +25,38 @@ log = logging.getLogger(__name__)
 SEND_DEADLINE_SECONDS = 5.0
 
 
+# Guards the first line's making of a sink's bound and numbering, from whichever thread writes it first.
+_FIRST_LINE_LOCK = threading.Lock()
+
+
 class LeaseLog:
-    """One attempt's sink (durable_jobs.logs.LogSink): numbers its lines and counts them against the bound."""
+    """One attempt's sink (durable_jobs.logs.LogSink): numbers its lines and counts them against the bound.
+    Both are made at the first line: most attempts log none, and a bound and a lock per job showed."""
 
     def __init__(self, shipper: LogShipper, lease: LeaseRef) -> None:
         self._shipper = shipper
         self._lease = lease
-        self._bound = BoundedLog()
-        self._lock = threading.Lock()
-        self._sequence = 0
+        self._lines: tuple[BoundedLog, Iterator[int]] | None = None
 
     def write(self, line: LogLine) -> None:
-        if self._bound.admit():
-            self._put(line)
+        bound, sequence = self._lines or self._first_line()
+        if bound.admit():
+            self._shipper.put(self._lease, next(sequence), line)  # next() of a count is atomic
 
     def close(self) -> None:
         """The attempt has ended: says how many lines were not kept, if any."""
-        closing = self._bound.closing_line()
+        if self._lines is None:
+            return
+        bound, sequence = self._lines
+        closing = bound.closing_line()
         if closing is not None:
-            self._put(closing)
+            self._shipper.put(self._lease, next(sequence), closing)
 
-    def _put(self, line: LogLine) -> None:
-        with self._lock:
-            self._sequence += 1
-            sequence = self._sequence
-        self._shipper.put(self._lease, sequence, line)
+    def _first_line(self) -> tuple[BoundedLog, Iterator[int]]:
+        with _FIRST_LINE_LOCK:
+            if self._lines is None:
+                self._lines = (BoundedLog(), itertools.count(1))
+            return self._lines
 
 
 class LogShipper:
@@ -90,10 +99,14 @@ class LogShipper:
                 await self._send(batch)
             await pause(self._interval)
 
+    def holds(self, job_id: JobId) -> bool:
+        """Whether flush() has anything to do: most jobs log nothing, and need not await it."""
+        return job_id in self._pending or self._sending.locked()
+
     async def flush(self, job_id: JobId) -> None:
         """Sends the job's unsent lines now: the attempt is about to end, and its last words must land."""
-        if job_id not in self._pending and not self._sending.locked():
-            return  # nothing of the job's unsent, nor on its way: most jobs log nothing
+        if not self.holds(job_id):
+            return  # nothing of the job's unsent, nor on its way
         async with self._sending:
             with self._lock:
                 pending = self._pending.pop(job_id, None)

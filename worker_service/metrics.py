@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import bisect
 import collections
 import enum
-from collections.abc import Callable, Iterable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar as ExemplarSample
+from prometheus_client.utils import floatToGoString
 
 from shared.domain.jobs import ClaimedJob, ErrorCategory
 from shared.metric_labels import TenantLabeler
@@ -41,10 +49,88 @@ FAILURE_CATEGORIES = tuple(category.value for category in ErrorCategory)
 Exemplar = dict[str, str]
 
 
+@dataclass(slots=True)
+class _KindSeries:
+    """One kind's histogram: each bucket's own count (not cumulative), the last bound +Inf's."""
+
+    counts: list[int]
+    total: float = 0.0
+    exemplars: list[ExemplarSample | None] = field(default_factory=list)
+
+
+class SecondsHistogram(Collector):
+    """A histogram of seconds by kind, observed on the event loop (its only writer) in plain lists and
+    exported when scraped. prometheus_client's Histogram takes a lock for its sum and another for the
+    bucket at each observation, two observations per job; here one is a bisect and two additions. A
+    scrape reads copies: a bucket counted between two reads shows at the next scrape."""
+
+    def __init__(self, name: str, documentation: str, buckets: Iterable[float], registry: CollectorRegistry) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._bounds = tuple(float(bound) for bound in buckets)
+        self._les = (*(floatToGoString(bound) for bound in self._bounds), "+Inf")
+        self._series: dict[str, _KindSeries] = {}
+        registry.register(self)
+
+    def know(self, kind: str) -> None:
+        """The kind's series exists at 0 from now on."""
+        if kind not in self._series:
+            self._series[kind] = _KindSeries([0] * len(self._les), exemplars=[None] * len(self._les))
+
+    def observe(self, kind: str, seconds: float, exemplar: Exemplar | None = None) -> None:
+        series = self._series.get(kind)
+        if series is None:
+            self.know(kind)
+            series = self._series[kind]
+        # The first bound at or above the value, as prometheus_client's `value <= bound`.
+        bucket = bisect.bisect_left(self._bounds, seconds)
+        series.counts[bucket] += 1
+        series.total += seconds
+        if exemplar is not None:
+            series.exemplars[bucket] = ExemplarSample(exemplar, seconds, time.time())
+
+    def describe(self) -> list[Metric]:
+        return [HistogramMetricFamily(self._name, self._documentation, labels=["kind"])]
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self._name, self._documentation, labels=["kind"])
+        for kind, series in list(self._series.items()):
+            counts, exemplars, total = list(series.counts), list(series.exemplars), series.total
+            buckets: list[tuple[str, float] | tuple[str, float, ExemplarSample]] = []
+            cumulative = 0
+            for le, count, exemplar in zip(self._les, counts, exemplars, strict=True):
+                cumulative += count
+                buckets.append((le, float(cumulative)) if exemplar is None else (le, float(cumulative), exemplar))
+            family.add_metric([kind], buckets, total)
+        yield family
+
+
+class _BeforeScrape(Collector):
+    """Registered ahead of the metrics it updates: a scrape (or a test reading a sample) first folds
+    the per-job tallies into them, then reads them."""
+
+    def __init__(self, fold: Callable[[], None]) -> None:
+        self._fold = fold
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        self._fold()
+        return iter(())
+
+
 class WorkerMetrics:
     def __init__(self, tenant_limit: int) -> None:
         self.registry = r = CollectorRegistry()
         register_process_metrics(r, "worker")
+        # Attempts' outcomes as running totals by (tenant, kind, outcome), written on the event loop only,
+        # and what of them the counter has been given: an increment of a labelled counter takes a lock,
+        # one per job, where a scrape folds each key's difference once.
+        self._outcomes: dict[tuple[str, str, AttemptOutcome], int] = {}
+        self._outcomes_folded: dict[tuple[str, str, AttemptOutcome], int] = {}
+        self._fold_lock = threading.Lock()
+        r.register(_BeforeScrape(self._fold))
         self._children: dict[tuple[MetricWrapperBase, tuple[str, ...]], MetricWrapperBase] = {}
         self.tenant_label = TenantLabeler(tenant_limit)
         self._kinds: set[str] = set()
@@ -62,11 +148,11 @@ class WorkerMetrics:
             ["tenant", "kind", "category"],
             registry=r,
         )
-        self.queue_wait = Histogram(
-            "jobs_queue_wait_seconds", "From runnable to claimed.", ["kind"], buckets=SECONDS_BUCKETS, registry=r
+        self.queue_wait = SecondsHistogram(
+            "jobs_queue_wait_seconds", "From runnable to claimed.", SECONDS_BUCKETS, registry=r
         )
-        self.execution = Histogram(
-            "jobs_execution_seconds", "Handler run time of one attempt.", ["kind"], buckets=SECONDS_BUCKETS, registry=r
+        self.execution = SecondsHistogram(
+            "jobs_execution_seconds", "Handler run time of one attempt.", SECONDS_BUCKETS, registry=r
         )
         self.leases_lost = Counter("jobs_leases_lost_total", "Leases this replica lost while working.", registry=r)
         self.in_flight = Gauge("jobs_in_flight", "Jobs this replica holds a lease on.", registry=r)
@@ -123,8 +209,8 @@ class WorkerMetrics:
         new = set(kinds) - self._kinds
         self._kinds |= new
         for kind in sorted(new):
-            self._child(self.queue_wait, kind)
-            self._child(self.execution, kind)
+            self.queue_wait.know(kind)
+            self.execution.know(kind)
             for label in sorted(self._tenant_labels):
                 self._create_tenant_kind(label, kind)
 
@@ -160,10 +246,23 @@ class WorkerMetrics:
         self._child(self.failures, self._tenant(tenant), kind, category).inc()
 
     def count_outcome(self, tenant: str, kind: str, outcome: AttemptOutcome) -> None:
-        self._child(self.completed, self._tenant(tenant), kind, outcome).inc()
+        """On the event loop: counted into jobs_completed_total when next scraped."""
+        key = (tenant, kind, outcome)
+        self._outcomes[key] = self._outcomes.get(key, 0) + 1
+
+    def _fold(self) -> None:
+        """Gives the counter what each key counted since the last fold. Runs in the scraping thread while
+        the loop counts on: the totals are only ever read here, never reset, so nothing counted is lost."""
+        with self._fold_lock:
+            for key, total in list(self._outcomes.items()):
+                folded = self._outcomes_folded.get(key, 0)
+                if total > folded:
+                    tenant, kind, outcome = key
+                    self._child(self.completed, self._tenant(tenant), kind, outcome).inc(total - folded)
+                    self._outcomes_folded[key] = total
 
     def observe_queue_wait(self, kind: str, seconds: float, exemplar: Exemplar | None = None) -> None:
-        self._child(self.queue_wait, kind).observe(seconds, exemplar)
+        self.queue_wait.observe(kind, seconds, exemplar)
 
     def observe_execution(self, kind: str, seconds: float, exemplar: Exemplar | None = None) -> None:
-        self._child(self.execution, kind).observe(seconds, exemplar)
+        self.execution.observe(kind, seconds, exemplar)

@@ -67,6 +67,10 @@ class ProgressReporter:
             await self._send(batch)
             await pause(self._interval)
 
+    def holds(self, job_id: JobId) -> bool:
+        """Whether flush() has anything to send: most jobs report no progress, and need not await it."""
+        return job_id in self._pending
+
     async def flush(self, job_id: JobId) -> None:
         """Sends the job's unsent value now: the attempt is about to end, and its last word must land."""
         if job_id not in self._pending:  # most jobs report no progress: no lock for them

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Awaitable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from shared.domain.jobs import ClaimedJob, JobError
 from shared.domain.trace_context import TRACEPARENT_HEADER, TRACESTATE_HEADER, TraceContext
@@ -28,6 +28,7 @@ try:
 except ImportError:  # the tracing extra is not installed: attempts run untraced
     trace = None  # type: ignore[assignment]
 
+T = TypeVar("T")
 TRACING_AVAILABLE = trace is not None
 TRACER_NAME = "worker_service"
 # Not one of the conventions' well-known systems; the conventions ask for a custom value then.
@@ -46,14 +47,14 @@ class AttemptSpan:
     def __init__(self, span: Any = None) -> None:
         self._span = span
 
-    def record(self, invocation: Awaitable[bytes]) -> Awaitable[bytes]:
+    def record(self, invocation: Awaitable[T]) -> Awaitable[T]:
         """The handler's awaitable, recording an exception it raises (with its stack) as a span event;
         as it is when there is no span to record on (most attempts: one coroutine less each)."""
         if self._span is None:
             return invocation
         return self._recorded(invocation)
 
-    async def _recorded(self, invocation: Awaitable[bytes]) -> bytes:
+    async def _recorded(self, invocation: Awaitable[T]) -> T:
         try:
             return await invocation
         except Exception as exc:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import enum
+import functools
 import logging
 import os
 import random
 import time
 import traceback
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 
 from durable_jobs.handlers import (
@@ -50,16 +51,14 @@ from worker_service.background_loops import (
     rescue_leases,
     tend_running_tallies,
 )
-from worker_service.checkpoint_book import ApiCheckpointBook
 from worker_service.completion_batcher import CompletionBatcher
-from worker_service.dependency_reader import ApiDependencyResults
 from worker_service.handler_executors import HandlerExecutors, HandlerProcessFailed
 from worker_service.health_server import WorkerHealth
 from worker_service.kind_publisher import KindPublisher
+from worker_service.lease_services import LeaseServices, ReplicaMeans, replica_means
 from worker_service.log_shipper import LeaseLog, LogShipper
 from worker_service.metrics import AttemptOutcome, WorkerMetrics
 from worker_service.progress_reporter import ProgressReporter
-from worker_service.receipt_book import DatabaseReceiptBook
 from worker_service.settings import WorkerSettings
 from worker_service.tracing import NO_SPAN, AttemptSpan, AttemptTracer
 from worker_service.worker_signals import Signal, SignalRecord, WorkerSignals
@@ -173,6 +172,9 @@ class Worker:
         self._progress = ProgressReporter(api, interval_seconds=settings.progress_interval_seconds)
         self._logs = LogShipper(api, interval_seconds=settings.progress_interval_seconds)
         self._active: dict[str, ActiveJob] = {}
+        # Set while no job is held: a job ends at its report's answer, which may come after its task ended.
+        self._settled = asyncio.Event()
+        self._settled.set()
         # Read when scraped: set at every claim and every job's end it took a lock per job.
         metrics.in_flight.set_function(lambda: len(self._active))
         # Twice the slots: a plain handler that ignores its stop keeps its thread after its slot is freed.
@@ -186,6 +188,7 @@ class Worker:
         # Taken once by run(): asking asyncio for the running loop at every job's start was several
         # lookups per job.
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._means: ReplicaMeans | None = None
 
     def wake(self) -> None:
         self._wake.set()
@@ -351,6 +354,7 @@ class Worker:
     def _start(self, job: ClaimedJob) -> None:
         loop = self._loop or asyncio.get_running_loop()
         lease = LeaseRef(job.job_id, job.fencing_token)
+        services = LeaseServices(self._means or self._take_means(), lease)
         context = JobContext(
             job_id=job.job_id,
             tenant=job.tenant,
@@ -359,51 +363,68 @@ class Worker:
             attempt=job.attempt,
             max_attempts=job.max_attempts,
             fencing_token=job.fencing_token,
-            receipt_book=DatabaseReceiptBook(self._db, lease),
+            receipt_book=services,
             checkpoints={checkpoint.stage: checkpoint for checkpoint in job.checkpoints} if job.checkpoints else {},
-            checkpoint_book=ApiCheckpointBook(self._api, lease, report_seconds=self._settings.lease_seconds, loop=loop),
-            progress_sink=self._progress.sink(lease),
+            checkpoint_book=services,
+            progress_sink=services,
             log_sink=self._logs.sink(lease),
-            dependency_source=ApiDependencyResults(self._api, lease, self._report_deadline, loop),
+            dependency_source=services,
             traceparent=job.trace_context.traceparent if job.trace_context else None,
             tracestate=job.trace_context.tracestate if job.trace_context else None,
         )
         active = ActiveJob(job, context, lease, time.monotonic() + self._settings.lease_seconds)
         self._active[job.job_id] = active
+        self._settled.clear()
         self._new_lease.set()
         if log.isEnabledFor(logging.DEBUG):
             log.debug("claimed", extra=active.log_fields)
         self._signal(Signal.CLAIMED, job.job_id)
         active.task = loop.create_task(self._run(active), name=f"job-{job.job_id}")
 
+    def _take_means(self) -> ReplicaMeans:
+        """What every attempt's services share; made at the first job's start, on the event loop."""
+        self._means = replica_means(
+            self._db, self._api, self._progress, self._settings.lease_seconds, self._report_deadline
+        )
+        return self._means
+
     async def _run(self, active: ActiveJob) -> None:
         active.started = True
+        answered_later = False
         try:
             with self._tracer.attempt(active.claimed) as active.span:
                 # Observed inside the attempt's span, so the observation can name its trace.
                 job = active.claimed
                 waited = max((job.claimed_at - job.queued_since).total_seconds(), 0.0)
                 self._metrics.observe_queue_wait(job.kind, waited, active.span.exemplar())
-                await self._execute_and_report(active)
+                answered_later = await self._execute_and_report(active)
         except Exception:  # noqa: BLE001 - one job's bug must not stop the replica
             log.exception("job runner failed", extra=active.log_fields)
         finally:
-            self._progress.forget(active.claimed.job_id)
-            self._logs.forget(active.claimed.job_id)
-            self._active.pop(active.claimed.job_id, None)
-            self.wake()
+            if not answered_later:
+                self._end(active)
 
-    async def _execute_and_report(self, active: ActiveJob) -> None:
+    def _end(self, active: ActiveJob) -> None:
+        """The job is no longer this replica's: its report was answered (or never will be)."""
+        self._progress.forget(active.claimed.job_id)
+        self._logs.forget(active.claimed.job_id)
+        self._active.pop(active.claimed.job_id, None)
+        if not self._active:
+            self._settled.set()
+        self.wake()
+
+    async def _execute_and_report(self, active: ActiveJob) -> bool:
+        """True when the job's completion is queued and its answer will end the job, not this task."""
         job = active.claimed
         stopped_before = active.stop_reason
         if stopped_before is not None:  # stopped before it began: the handler never runs
             await self._after_stop(active, stopped_before)
-            return
+            return False
         spec = self._registry.get(job.kind)
         started = time.monotonic()
         hint: RetryHint | None = None
         try:
-            result = await active.span.record(self._invoke(spec, active.context))
+            result = _as_bytes(await active.span.record(self._invoke(spec, active.context)))
             error = None
         except asyncio.CancelledError:
             reason = active.stop_reason
@@ -411,16 +432,17 @@ class Worker:
                 raise
             _uncancel_current_task()
             self._metrics.observe_execution(job.kind, time.monotonic() - started, active.span.exemplar())
-            if reason not in _RELEASED_ON_STOP:  # a release carries the last lines itself
-                await self._flush_logs(active)
+            # A release carries the last lines itself.
+            if reason not in _RELEASED_ON_STOP and self._lines_left(active):
+                await self._logs.flush(job.job_id)
             await self._after_stop(active, reason)
-            return
+            return False
         except LeaseLost:
             # A receipt write found the lease gone: the job belongs to a newer attempt now.
             active.stop_reason = StopReason.LEASE_LOST
             active.span.stopped(StopReason.LEASE_LOST.value)
             await self._after_stop(active, StopReason.LEASE_LOST)
-            return
+            return False
         except PushedBack as exc:
             error = JobError(ErrorCategory.RETRYABLE, str(exc) or "pushed back")
             hint = RetryHint(exc.wait_seconds(), pushed_back=True, limit_key=exc.key)
@@ -437,31 +459,38 @@ class Worker:
             active.span.failed(error)
         active.reporting = True
         self.wake()  # the slot is free for the next claim
-        await self._progress.flush(job.job_id)
-        await self._flush_logs(active)
+        if self._progress.holds(job.job_id):
+            await self._progress.flush(job.job_id)
+        if self._lines_left(active):
+            await self._logs.flush(job.job_id)
         if error is None:
-            await self._report_completion(active, result)
-        else:
-            await self._report_failure(active, error, hint)
+            return await self._report_completion(active, result)
+        await self._report_failure(active, error, hint)
+        return False
 
-    async def _flush_logs(self, active: ActiveJob) -> None:
-        """The attempt's last lines go before its report: after it, the lease no longer admits them."""
+    def _lines_left(self, active: ActiveJob) -> bool:
+        """Closes the attempt's log; whether lines are left to flush. The attempt's last lines go before
+        its report: after it, the lease no longer admits them. Most jobs log nothing: no flush to await."""
         if isinstance(active.context.log_sink, LeaseLog):
             active.context.log_sink.close()
-        await self._logs.flush(active.claimed.job_id)
+        return self._logs.holds(active.claimed.job_id)
 
-    async def _invoke(self, spec: HandlerSpec | None, context: JobContext) -> bytes:
+    def _invoke(self, spec: HandlerSpec | None, context: JobContext) -> Awaitable[object]:
+        """The handler's run; a coroutine of its own only when a timeout bounds it."""
         if spec is None:
             raise PermanentError(f"no handler for kind {context.kind!r} in this replica")
         if spec.policy.timeout_seconds is None:
-            return _as_bytes(await self._executors.run(spec, context))
+            return self._executors.run(spec, context)
+        return self._timed(spec, context, spec.policy.timeout_seconds)
+
+    async def _timed(self, spec: HandlerSpec, context: JobContext, timeout_seconds: float) -> object:
         try:
-            async with asyncio.timeout(spec.policy.timeout_seconds) as scope:
-                return _as_bytes(await self._executors.run(spec, context))
+            async with asyncio.timeout(timeout_seconds) as scope:
+                return await self._executors.run(spec, context)
         except TimeoutError:
             if not scope.expired():
                 raise
-            message = f"timed out after {spec.policy.timeout_seconds:g}s"
+            message = f"timed out after {timeout_seconds:g}s"
             if spec.policy.external_side_effects:
                 raise _AttemptTimedOut(JobError(ErrorCategory.OUTCOME_UNKNOWN, message)) from None
             raise _AttemptTimedOut(_unless_unconfirmed(message, context)) from None
@@ -469,21 +498,36 @@ class Worker:
     def _report_deadline(self) -> float:
         return time.monotonic() + self._settings.lease_seconds
 
-    async def _report_completion(self, active: ActiveJob, result: bytes) -> None:
-        job = active.claimed
+    async def _report_completion(self, active: ActiveJob, result: bytes) -> bool:
+        """True when the completion is queued for the batcher, whose answer ends the job. An untraced
+        attempt's task ends there: waking it again for the answer was a second step and a future per
+        job. A traced one waits, so that the answer is logged and counted inside the attempt's span."""
         too_large = result_too_large(len(result), self._settings.max_result_bytes)
         if too_large is not None:
             # Never sent: the API would refuse it, and another attempt would return as much again.
             active.span.failed(JobError(ErrorCategory.PERMANENT, too_large))
             await self._report_failure(active, JobError(ErrorCategory.PERMANENT, too_large))
-            return
+            return False
+        completion = Completion(
+            active.lease.job_id, active.lease.fencing_token, result, spawned_children(active.context)
+        )
+        if active.span is NO_SPAN:
+            answer = functools.partial(self._answered_later, active)
+            self._batcher.submit(completion, deadline=self._report_deadline(), answer=answer)
+            return True
         try:
-            outcome = await self._batcher.complete(
-                Completion(active.lease.job_id, active.lease.fencing_token, result, spawned_children(active.context)),
-                deadline=self._report_deadline(),
+            outcome: ReportOutcome | ApiUnreachable = await self._batcher.complete(
+                completion, deadline=self._report_deadline()
             )
         except ApiUnreachable as exc:
-            self._unreported(active, exc)
+            outcome = exc
+        self._completion_answered(active, outcome)
+        return False
+
+    def _completion_answered(self, active: ActiveJob, outcome: ReportOutcome | ApiUnreachable) -> None:
+        job = active.claimed
+        if isinstance(outcome, ApiUnreachable):
+            self._unreported(active, outcome)
             return
         self._signal(Signal.REPORTED, job.job_id, "completed", outcome.value)
         if outcome is ReportOutcome.ACCEPTED:
@@ -492,6 +536,15 @@ class Worker:
                 log.info("job succeeded", extra={**active.log_fields, "state": "succeeded"})
         else:
             self._refused(active, outcome)
+
+    def _answered_later(self, active: ActiveJob, outcome: ReportOutcome | ApiUnreachable) -> None:
+        """The batcher's answer to a completion whose task has ended: the job's end, as the task's would be."""
+        try:
+            self._completion_answered(active, outcome)
+        except Exception:  # noqa: BLE001 - one job's bug must not stop the batcher
+            log.exception("job runner failed", extra=active.log_fields)
+        finally:
+            self._end(active)
 
     async def _report_failure(self, active: ActiveJob, error: JobError, hint: RetryHint | None = None) -> None:
         job = active.claimed
@@ -640,27 +693,25 @@ class Worker:
             await wait_at_most(self._new_lease, min(upcoming) - now if upcoming else None)
 
     async def _drain(self) -> None:
-        """Said in the log at both ends, so that an operator watching a stop knows it is not hung."""
+        """Said in the log at both ends, so that an operator watching a stop knows it is not hung. Waits
+        for the jobs, not their tasks: a completed job's task ends once its completion is queued, and the
+        job once the batcher has its answer."""
         started = time.monotonic()
-        actives = list(self._active.values())
-        tasks = [a.task for a in actives if a.task is not None]
+        held = len(self._active)
         log.info(
             "draining: no new claims; %d running jobs get up to %.0fs to finish",
-            len(tasks),
+            held,
             self._settings.shutdown_grace_seconds,
         )
-        if tasks:
-            await asyncio.wait(tasks, timeout=self._settings.shutdown_grace_seconds)
+        await wait_at_most(self._settled, self._settings.shutdown_grace_seconds)
         unfinished = list(self._active.values())
         for active in unfinished:
             self._stop(active, StopReason.SHUTDOWN)
-        remaining = [a.task for a in self._active.values() if a.task is not None]
-        if remaining:
-            await asyncio.wait(remaining, timeout=RELEASE_DEADLINE_SECONDS + 1)
+        await wait_at_most(self._settled, RELEASE_DEADLINE_SECONDS + 1)
         log.info(
             "drained in %.1fs: %d jobs finished, %d handed back",
             time.monotonic() - started,
-            len(tasks) - len(unfinished),
+            held - len(unfinished),
             len(unfinished),
         )
 

@@ -196,6 +196,8 @@ class StopSignal:
 
 # One lock for every signal: taken only by a set() and a handler's first wait_blocking().
 _THREAD_EVENT_LOCK = threading.Lock()
+# Spawns are few, from any thread of any attempt: one lock for all, not one per context made per job.
+_SPAWN_LOCK = threading.Lock()
 
 
 class ReceiptBook(Protocol):
@@ -272,7 +274,6 @@ class JobContext:
     # The jobs this attempt spawned, in order; sent with its completion and created only with it.
     spawned: list[SpawnedJob] = field(default_factory=list)
     _unconfirmed: set[str] = field(default_factory=set)
-    _spawn_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _spawned_bytes: int = field(default=0, repr=False, compare=False)
 
     @property
@@ -293,7 +294,7 @@ class JobContext:
         every handler shape (a coroutine, a thread, a process): it only records."""
         (job_id,) = new_job_ids(1)
         child = spawned_job(JobId(str(job_id)), kind, payload, fields)
-        with self._spawn_lock:
+        with _SPAWN_LOCK:
             if len(self.spawned) >= CHILDREN_PER_PARENT_MAX:
                 raise SpawnRefused(f"a job may spawn at most {CHILDREN_PER_PARENT_MAX} jobs")
             if self._spawned_bytes + child.size > CHILDREN_BYTES_MAX:
