@@ -137,6 +137,9 @@ def _call(fake: object, token: str, timeout: float) -> Call:
     return Call(cast(jobs_pb2_grpc.JobServiceStub, fake), token, timeout)
 
 
+DEADLINE_SLACK_SECONDS = 0.5
+
+
 @pytest.mark.parametrize(("argv", "watch_timeout"), [((), None), (("--timeout", "20"), 20.0)])
 def test_result_wait_waits_until_the_job_settles_unless_a_timeout_is_given(argv, watch_timeout) -> None:
     service = _ScriptedJobService([([_state(jobs_pb2.JOB_STATE_SUCCEEDED, 3)], None)])
@@ -148,7 +151,12 @@ def test_result_wait_waits_until_the_job_settles_unless_a_timeout_is_given(argv,
         assert COMMANDS["result"](call, args, console) == 0
     assert out_bytes.getvalue() == b"done"
     (watched,) = service.watch_deadlines
-    assert watched is None if watch_timeout is None else watched is not None and 0 < watched <= watch_timeout
+    if watch_timeout is None:
+        assert watched is None
+    else:
+        # The server's clock reads the deadline up to a tenth of a second past the client's timeout (gRPC
+        # core's cached time; 15 of 60 calls beside two busy loops): far from the 30 s default all the same.
+        assert watched is not None and 0 < watched <= watch_timeout + DEADLINE_SLACK_SECONDS, watched
 
 
 def _batch_file(*lines: str) -> io.BytesIO:
