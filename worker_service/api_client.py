@@ -122,7 +122,7 @@ class ApiClient:
         response = await self._call(
             self._stub.CompleteJobs, convert.complete_jobs_request(completions), deadline=deadline
         )
-        return [convert.outcome_from_proto(o.outcome) for o in response.outcomes]
+        return convert.outcomes_from_proto(response.outcomes)
 
     async def fail_many(self, reports: list[FailureReport], *, deadline: float) -> list[JobState | ReportOutcome]:
         response = await self._call(self._stub.FailJobs, convert.fail_jobs_request(reports), deadline=deadline)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, timedelta
 from typing import cast
 
@@ -71,17 +72,19 @@ def _outcome_from_flags(message: worker_pb2.LeaseStatus) -> ReportOutcome:
 
 
 def complete_jobs_request(completions: list[Completion]) -> worker_pb2.CompleteJobsRequest:
-    return worker_pb2.CompleteJobsRequest(
-        completions=[
-            worker_pb2.CompleteJobRequest(
-                job_id=c.job_id,
-                fencing_token=c.fencing_token,
-                result=c.result,
-                children=[_spawned_job(child) for child in c.children] if c.children else None,
-            )
-            for c in completions
-        ]
-    )
+    """Each item made in its place in the request and its fields set one by one: a message built apart
+    and handed over is copied into the request, and keyword arguments are parsed per item, which was
+    three times the cost at a job per item (2.0 against 0.5 us)."""
+    request = worker_pb2.CompleteJobsRequest()
+    add = request.completions.add
+    for completion in completions:
+        item = add()
+        item.job_id = completion.job_id
+        item.fencing_token = completion.fencing_token
+        item.result = completion.result
+        if completion.children:
+            item.children.extend([_spawned_job(child) for child in completion.children])
+    return request
 
 
 def _spawned_job(child: ChildJob) -> worker_pb2.SpawnedJob:
@@ -110,6 +113,12 @@ def _spawned_job(child: ChildJob) -> worker_pb2.SpawnedJob:
 
 def outcome_from_proto(number: int) -> ReportOutcome:
     return _OUTCOME_FROM_PROTO.get(number, ReportOutcome.LEASE_LOST)
+
+
+def outcomes_from_proto(outcomes: Iterable[worker_pb2.CompletionOutcome]) -> list[ReportOutcome]:
+    """A batch's outcomes in order, as `outcome_from_proto` reads each, with no call per item."""
+    known, lost = _OUTCOME_FROM_PROTO.get, ReportOutcome.LEASE_LOST
+    return [known(item.outcome, lost) for item in outcomes]
 
 
 def fail_job_request(report: FailureReport) -> worker_pb2.FailJobRequest:
