@@ -57,6 +57,7 @@ async def run(settings: WorkerSettings, stop: asyncio.Event | None = None) -> No
             application_name="jobs-worker",
             prepare_threshold=settings.database.prepare_threshold,
             fault_injection=settings.database.fault_injection,
+            utc_sessions=True,
         )
     )
     metrics.watch_pool(db.stats)

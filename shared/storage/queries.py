@@ -70,6 +70,7 @@ METRICS_KIND_PAUSES = _metrics.pop("metrics_kind_pauses")
 METRICS_SEQUENCES_HALTED = _metrics.pop("metrics_sequences_halted")
 
 SESSION_BEGIN = _session.pop("session_begin")
+SESSION_TIME_ZONE_UTC = _session.pop("session_time_zone_utc")
 SESSION_SCOPE_TENANT = _session.pop("session_scope_tenant")
 SESSION_SCOPE_TIMEOUT = _session.pop("session_scope_timeout")
 SESSION_SCOPE_TENANT_AND_TIMEOUT = _session.pop("session_scope_tenant_and_timeout")

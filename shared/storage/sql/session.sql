@@ -4,6 +4,10 @@
 -- Starts a transaction on a connection that otherwise commits each statement (the pool's connections).
 BEGIN;
 
+-- name: session_time_zone_utc
+-- Shows the session's timestamps in UTC: each one read is then built with no time zone lookup.
+SET TimeZone TO 'UTC';
+
 -- name: session_scope_tenant
 -- Confines the rest of the transaction to one tenant's rows (row-level security).
 SELECT set_config('jobs.tenant', %(tenant)s, true);
