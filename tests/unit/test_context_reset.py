@@ -35,7 +35,7 @@ def test_a_token_of_another_variable_is_still_refused() -> None:
     other_var: contextvars.ContextVar[str] = contextvars.ContextVar("other")
     token = other_var.set("x")
     with pytest.raises(ValueError):
-        reset_where_set(_var, token)  # type: ignore[arg-type]  # the mistake under test
+        reset_where_set(_var, token)
 
 
 def test_an_abandoned_stream_inside_a_call_deadline_closes_without_an_error() -> None:
