@@ -4,7 +4,10 @@ Database.run_alone, one statement in a transaction of its own, held to the same 
 
 from __future__ import annotations
 
+import datetime
+
 import psycopg
+import psycopg.rows
 import pytest
 
 from shared.domain.errors import DeadlineExceeded
@@ -102,3 +105,20 @@ async def test_a_statement_run_alone_past_its_deadline_is_cancelled_writes_nothi
     await one_connection.run_alone("INSERT INTO scratch VALUES (2)", {})
     rows = await one_connection.run_alone("SELECT n FROM scratch ORDER BY n", {})
     assert [r["n"] for r in rows] == [2]
+
+
+async def test_utc_sessions_read_each_timestamp_as_the_same_instant_in_utc(database_url: str) -> None:
+    """A worker's pool (utc_sessions) reads timestamps built in datetime's own UTC, whatever the server's
+    zone; the same instant as a pool in the server's zone reads."""
+    statement = "SELECT current_setting('TimeZone') AS zone, TIMESTAMPTZ '2026-12-05 02:15:00.5+01' AS at"
+    plain = await Database.open(PoolSettings(database_url, min_size=1, max_size=1), wait=True)
+    utc = await Database.open(PoolSettings(database_url, min_size=1, max_size=1, utc_sessions=True), wait=True)
+    try:
+        (in_server_zone,) = await plain.run_alone(statement, {})
+        (in_utc,) = await utc.run_alone_as(psycopg.rows.dict_row, statement, {}, binary=True)
+    finally:
+        await plain.close()
+        await utc.close()
+    assert in_utc["zone"] == "UTC"
+    assert in_utc["at"].tzinfo is datetime.UTC
+    assert in_utc["at"] == in_server_zone["at"] == datetime.datetime(2026, 12, 5, 1, 15, 0, 500000, datetime.UTC)
