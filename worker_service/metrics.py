@@ -159,7 +159,7 @@ class WorkerMetrics:
         self.claim_batch = Histogram(
             "jobs_claim_batch_size",
             "Jobs returned by one claim statement.",
-            buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200, 500),
+            buckets=(0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
             registry=r,
         )
         self.heartbeat_seconds = Histogram(

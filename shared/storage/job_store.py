@@ -7,6 +7,7 @@ import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncCursor
@@ -30,6 +31,7 @@ from shared.domain.jobs import (
 )
 from shared.domain.kinds import KindPolicy
 from shared.domain.paging import job_page
+from shared.domain.trace_context import TraceContext
 from shared.storage import binary_arrays, queries
 from shared.storage.database import Connection
 
@@ -218,23 +220,21 @@ async def insert_plain_ids(
         if any(batch.max_attempts)
         else list(map(defaults.__getitem__, batch.kinds))
     )
-    params = {
-        "tenant": tenant,
-        "actor": actor,
-        "parent_job_id": None,
-        "job_ids": binary_arrays.uuids(block),
-        "kinds": binary_arrays.texts(batch.kinds),
-        "payloads": binary_arrays.byteas(batch.payloads),
-        "priorities": binary_arrays.int4s(batch.priorities),
-        "run_afters": binary_arrays.timestamptzs(batch.run_afters),
-        "deadlines": binary_arrays.timestamptzs(batch.deadlines),
-        "max_attempts": binary_arrays.int4s(max_attempts),
-        "backoff_bases": binary_arrays.float8s(list(map(bases.__getitem__, batch.kinds))),
-        "backoff_caps": binary_arrays.float8s(list(map(caps.__getitem__, batch.kinds))),
-        "labels": binary_arrays.jsonb_objects(batch.labels),
-        "traceparents": binary_arrays.texts([trace.traceparent if trace else None] * count),
-        "tracestates": binary_arrays.texts([trace.tracestate if trace else None] * count),
-    }
+    params = _insert_params(
+        tenant,
+        actor,
+        block,
+        kinds=batch.kinds,
+        payloads=batch.payloads,
+        priorities=batch.priorities,
+        run_afters=batch.run_afters,
+        deadlines=batch.deadlines,
+        max_attempts=max_attempts,
+        backoff_bases=list(map(bases.__getitem__, batch.kinds)),
+        backoff_caps=list(map(caps.__getitem__, batch.kinds)),
+        labels=batch.labels,
+        traces=[trace] * count,
+    )
     cur = await conn.execute(queries.JOB_INSERT_MANY_IDS, params)
     if cur.rowcount != count:
         raise RuntimeError(f"{count} jobs to insert but {cur.rowcount} inserted")
@@ -244,22 +244,58 @@ async def insert_plain_ids(
 def _insert_many_params(
     tenant: TenantId, actor: str, job_ids: Sequence[uuid.UUID], items: Sequence[PlainInsert]
 ) -> dict[str, object]:
+    jobs = [i.job for i in items]
+    return _insert_params(
+        tenant,
+        actor,
+        b"".join(job_id.bytes for job_id in job_ids),
+        kinds=[job.kind for job in jobs],
+        payloads=[job.payload for job in jobs],
+        priorities=[job.priority for job in jobs],
+        run_afters=[job.run_after for job in jobs],
+        deadlines=[job.deadline for job in jobs],
+        max_attempts=[i.max_attempts for i in items],
+        backoff_bases=[i.backoff_base_seconds for i in items],
+        backoff_caps=[i.backoff_cap_seconds for i in items],
+        labels=[job.labels for job in jobs],
+        traces=[job.trace_context for job in jobs],
+    )
+
+
+def _insert_params(
+    tenant: TenantId,
+    actor: str,
+    packed_ids: bytes,
+    *,
+    kinds: Sequence[str],
+    payloads: Sequence[bytes],
+    priorities: Sequence[int],
+    run_afters: Sequence[datetime | None],
+    deadlines: Sequence[datetime | None],
+    max_attempts: Sequence[int],
+    backoff_bases: Sequence[float],
+    backoff_caps: Sequence[float],
+    labels: Sequence[dict[str, str]],
+    traces: Sequence[TraceContext | None],
+) -> dict[str, object]:
+    """The parameters of the insert statements, one column each, as whole arrays in the binary format:
+    psycopg adapting a dozen values a job one by one was a tenth of the API's CPU a submitted job."""
     return {
         "tenant": tenant,
         "actor": actor,
         "parent_job_id": None,
-        "job_ids": job_ids,
-        "kinds": [i.job.kind for i in items],
-        "payloads": [i.job.payload for i in items],
-        "priorities": [i.job.priority for i in items],
-        "run_afters": [i.job.run_after for i in items],
-        "deadlines": [i.job.deadline for i in items],
-        "max_attempts": [i.max_attempts for i in items],
-        "backoff_bases": [i.backoff_base_seconds for i in items],
-        "backoff_caps": [i.backoff_cap_seconds for i in items],
-        "labels": [Jsonb(i.job.labels) if i.job.labels else None for i in items],
-        "traceparents": [i.job.trace_context.traceparent if i.job.trace_context else None for i in items],
-        "tracestates": [i.job.trace_context.tracestate if i.job.trace_context else None for i in items],
+        "job_ids": binary_arrays.uuids(packed_ids),
+        "kinds": binary_arrays.texts(kinds),
+        "payloads": binary_arrays.byteas(payloads),
+        "priorities": binary_arrays.int4s(priorities),
+        "run_afters": binary_arrays.timestamptzs(run_afters),
+        "deadlines": binary_arrays.timestamptzs(deadlines),
+        "max_attempts": binary_arrays.int4s(max_attempts),
+        "backoff_bases": binary_arrays.float8s(backoff_bases),
+        "backoff_caps": binary_arrays.float8s(backoff_caps),
+        "labels": binary_arrays.jsonb_objects(labels),
+        "traceparents": binary_arrays.texts([trace.traceparent if trace else None for trace in traces]),
+        "tracestates": binary_arrays.texts([trace.tracestate if trace else None for trace in traces]),
     }
 
 
