@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextvars import ContextVar, Token
 
 from api_service.principals import Principal
+from shared.context_reset import reset_where_set
 
 _current: ContextVar[Principal] = ContextVar("jobs_principal")
 
@@ -14,7 +15,7 @@ def set_principal(principal: Principal) -> Token[Principal]:
 
 
 def reset_principal(token: Token[Principal]) -> None:
-    _current.reset(token)
+    reset_where_set(_current, token)
 
 
 def current_principal() -> Principal:

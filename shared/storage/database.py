@@ -18,6 +18,7 @@ from psycopg.pq import ExecStatus
 from psycopg.rows import AsyncRowFactory, DictRow, Row, TupleRow, dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from shared.context_reset import reset_where_set
 from shared.domain.errors import (
     DatabaseUnreachable,
     DeadlineExceeded,
@@ -142,7 +143,7 @@ def call_deadline_at(deadline: float | None) -> Iterator[None]:
     try:
         yield
     finally:
-        _call_deadline.reset(token)
+        reset_where_set(_call_deadline, token)
 
 
 def current_call_deadline() -> float | None:

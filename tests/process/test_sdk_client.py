@@ -193,5 +193,7 @@ def test_the_async_client_cancels_retries_and_reads_history_and_logs(running: Se
 
     cancelled, again, reasons, lines = asyncio.run(scenario())
     assert cancelled is JobState.CANCELLED and again in (JobState.PENDING, JobState.RUNNING, JobState.SUCCEEDED)
-    assert reasons == ["submitted", "cancelled: not today", "manual retry by tenant:acme: today after all"]
+    # The retried job runs at once: a worker may claim (and finish) it before its history is read.
+    assert reasons[:3] == ["submitted", "cancelled: not today", "manual retry by tenant:acme: today after all"]
+    assert set(reasons[3:]) <= {"claimed", "completed"}, reasons
     assert lines == ["attempt 2 of logs.async starting", "a record of the handler's own logger"]
