@@ -52,9 +52,11 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         batch = convert.completion_batch_from_proto(request.completions)
         if batch is not None:
             outcomes = await self._reports.complete_plain(_worker_id(context), batch)
+            # Each outcome as a dict, which the repeated field takes in place: a CompletionOutcome made first
+            # is copied into it again (about 0.6 us an outcome, half of the answer's cost).
             return worker_pb2.CompleteJobsResponse(
                 outcomes=[
-                    worker_pb2.CompletionOutcome(job_id=job_id, outcome=outcome)
+                    {"job_id": job_id, "outcome": outcome}
                     for job_id, outcome in zip(batch.job_ids, convert.outcomes_to_proto(outcomes), strict=True)
                 ]
             )
