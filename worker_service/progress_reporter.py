@@ -73,7 +73,7 @@ class ProgressReporter:
 
     async def flush(self, job_id: JobId) -> None:
         """Sends the job's unsent value now: the attempt is about to end, and its last word must land."""
-        if job_id not in self._pending:  # most jobs report no progress: no lock for them
+        if not self.holds(job_id):  # no lock for a job with nothing to send
             return
         with self._lock:
             report = self._pending.pop(job_id, None)
